@@ -1,0 +1,2 @@
+//! ProxOps pure core.
+#![warn(missing_docs)]

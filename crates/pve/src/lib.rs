@@ -1,0 +1,1 @@
+//! Typed Proxmox VE REST client (grows with the PVE client issue).
