@@ -1,2 +1,12 @@
-//! ProxOps pure core.
+//! ProxOps pure core: manifests, validation, dependency levels (and later planning and drift).
+//!
+//! Pure: no tokio, no HTTP, no git, no filesystem, no logging. It takes file contents, not
+//! paths, and returns values; the `proxops` binary does all IO.
+//!
+//! Layout:
+//! - [`diagnostic`]: located problems and their rendering.
+//! - [`resource`]: kinds and resource identity.
 #![warn(missing_docs)]
+
+pub mod diagnostic;
+pub mod resource;
