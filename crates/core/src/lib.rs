@@ -6,7 +6,9 @@
 //! Layout:
 //! - [`diagnostic`]: located problems and their rendering.
 //! - [`resource`]: kinds and resource identity.
+//! - [`manifest`]: one file → typed, validated resources.
 #![warn(missing_docs)]
 
 pub mod diagnostic;
 pub mod resource;
+pub mod manifest;
