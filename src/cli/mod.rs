@@ -1,0 +1,65 @@
+//! The command line: one module per subcommand, each with a `run` function that returns
+//! data or an exit code; exit codes are defined here and nowhere else.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod schema;
+pub mod validate;
+
+/// ProxOps: GitOps for Proxmox VE. Manifests in git, applied by an agent on each node.
+#[derive(Debug, Parser)]
+#[command(name = "proxops", version, about, propagate_version = true)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG wins when set.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+impl Cli {
+    /// How chatty logging should be.
+    pub fn verbosity(&self) -> u8 {
+        self.verbose
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a manifest repository and report every problem in it.
+    Validate(validate::Args),
+    /// Print the JSON Schema of the manifest format (for editors and the YAML language server).
+    Schema(schema::Args),
+}
+
+/// The process exit codes ProxOps documents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Everything succeeded (validate: the repository is valid).
+    Success,
+    /// An error, or invalid input (validate: at least one error found).
+    Failure,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> Self {
+        match exit {
+            Exit::Success => ExitCode::SUCCESS,
+            Exit::Failure => ExitCode::from(1),
+        }
+    }
+}
+
+/// Runs the parsed command line.
+///
+/// # Errors
+/// Operational failures (unreadable paths, …); invalid manifests are an [`Exit`], not an error.
+pub fn run(cli: Cli) -> anyhow::Result<Exit> {
+    match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Schema(args) => schema::run(&args),
+    }
+}

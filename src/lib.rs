@@ -1,0 +1,17 @@
+//! ProxOps: a GitOps pull agent for Proxmox VE.
+//!
+//! This crate is the shell around the pure core (`proxops-core`): everything that touches the
+//! world lives here. Data flow of one pass (see ARCHITECTURE.md):
+//! source (files of a revision) → `proxops_core::repository::load` (validate, levels) →
+//! observe (PVE GETs) → plan (pure) → execute (PVE writes) → store (SQLite).
+//!
+//! Layout:
+//! - [`cli`]: one module per subcommand, each with a `run` function; exit codes.
+//! - [`output`]: the only place that prints (human text or JSON).
+//! - [`source`]: reading a revision's manifest files (a directory today, git later).
+//! - [`telemetry`]: logging set-up.
+
+pub mod cli;
+pub mod output;
+pub mod source;
+pub mod telemetry;

@@ -1,0 +1,102 @@
+//! Reads the manifest files of a repository checkout: every `.yaml`/`.yml` file below a
+//! directory, keyed by its `/`-separated path relative to that directory.
+//!
+//! Dot-files and dot-directories (`.git`, `.github`, editor files) are skipped. Symlinks are
+//! not followed, so a link cannot pull files from outside the repository into a revision.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Reading a checkout failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectoryError {
+    /// The path does not exist or is not a directory.
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// Walking the tree failed.
+    #[error("reading {}", .path.display())]
+    Walk {
+        /// Where it failed.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: walkdir::Error,
+    },
+    /// A file could not be read (or is not UTF-8).
+    #[error("reading {}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Every manifest file below `root`, by repository-relative path.
+pub fn read_manifest_files(root: &Path) -> Result<BTreeMap<String, String>, DirectoryError> {
+    if !root.is_dir() {
+        return Err(DirectoryError::NotADirectory(root.to_path_buf()));
+    }
+    let mut files = BTreeMap::new();
+    let walker = walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|entry| entry.depth() == 0 || !is_hidden(entry.file_name()));
+    for entry in walker {
+        let entry = entry.map_err(|source| DirectoryError::Walk { path: root.to_path_buf(), source })?;
+        if !entry.file_type().is_file() || !is_manifest_name(entry.file_name()) {
+            continue;
+        }
+        let path = entry.path();
+        let contents = std::fs::read_to_string(path)
+            .map_err(|source| DirectoryError::Read { path: path.to_path_buf(), source })?;
+        files.insert(relative_key(root, path), contents);
+    }
+    Ok(files)
+}
+
+fn is_hidden(name: &std::ffi::OsStr) -> bool {
+    name.to_string_lossy().starts_with('.')
+}
+
+fn is_manifest_name(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+fn relative_key(root: &Path, path: &Path) -> String {
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_a_checkout_keeps_yaml_files_and_skips_dot_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("vm/base")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join("vm/base/a.yaml"), "a").unwrap();
+        std::fs::write(root.join("vm/base/b.yml"), "b").unwrap();
+        std::fs::write(root.join("vm/base/notes.txt"), "x").unwrap();
+        std::fs::write(root.join(".git/config.yaml"), "x").unwrap();
+        std::fs::write(root.join("vm/.draft.yaml"), "x").unwrap();
+        let files = read_manifest_files(root).unwrap();
+        assert_eq!(files.keys().collect::<Vec<_>>(), ["vm/base/a.yaml", "vm/base/b.yml"]);
+    }
+
+    #[test]
+    fn reading_a_missing_directory_names_it() {
+        let err = read_manifest_files(Path::new("/nonexistent/repo")).unwrap_err();
+        assert_eq!(err.to_string(), "/nonexistent/repo is not a directory");
+    }
+}
