@@ -7,8 +7,18 @@
 //! - [`diagnostic`]: located problems and their rendering.
 //! - [`resource`]: kinds and resource identity.
 //! - [`manifest`]: one file → typed, validated resources.
+//! - [`desired`]: [`Manifest`], one cluster's resources checked against each other.
+//! - [`graph`]: [`DependencyGraph`], dependency levels and cycles.
+//! - [`repository`]: [`load`], a repository's files → layout, one desired state per cluster.
 #![warn(missing_docs)]
 
 pub mod diagnostic;
 pub mod resource;
 pub mod manifest;
+pub mod desired;
+pub mod graph;
+pub mod repository;
+
+pub use desired::Manifest;
+pub use graph::DependencyGraph;
+pub use repository::load;

@@ -1,0 +1,715 @@
+//! A manifest repository → one validated desired state per cluster, or every problem in it.
+//!
+//! [`load`] is the entry point of the CLI and the agent. It takes file contents keyed by
+//! repository-relative path (the caller reads git or disk) and decides the layout: with a
+//! `clusters/` folder, composition mode (each `clusters/<cluster>/resources.yaml` lists that
+//! cluster's manifest files, which live under `<kind-root>/base/` and `<kind-root>/<cluster>/`);
+//! without one, plain mode (every manifest file is part of the one desired state). Each file is
+//! parsed once by [`crate::manifest::parse_file`], even when several clusters list it; each
+//! cluster is then checked as a whole ([`Manifest`]) and levelled ([`DependencyGraph`]). Edges
+//! never resolve across clusters. Nothing here reads files or talks to PVE.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::desired::Manifest;
+use crate::diagnostic::{Diagnostic, sort_diagnostics};
+use crate::graph::DependencyGraph;
+use crate::manifest::{Location, ParsedFile, parse_file};
+use crate::resource::{Kind, ResourceId};
+
+/// The folder that holds one composition per cluster.
+const CLUSTERS: &str = "clusters";
+/// The composition file of a cluster, inside `clusters/<cluster>/`.
+const COMPOSITION: &str = "resources.yaml";
+/// Longest cluster folder name the Go program accepts.
+const MAX_CLUSTER_NAME: usize = 64;
+
+/// How the repository is laid out (DESIGN.md §2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// No `clusters/` folder: every manifest file is part of one desired state.
+    Plain,
+    /// `clusters/<cluster>/resources.yaml` compositions over `<kind-root>/` folders.
+    Composition,
+}
+
+/// The validated desired state of one cluster (or of a plain repository).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredState {
+    /// The cluster's name; `None` in plain mode.
+    pub cluster: Option<String>,
+    /// Every resource, checked against the others.
+    pub manifest: Manifest,
+    /// Resources grouped by dependency level, each level sorted by id.
+    pub levels: Vec<Vec<ResourceId>>,
+    /// The manifest files this state was read from: listed order in composition mode, sorted in
+    /// plain mode.
+    pub files: Vec<String>,
+}
+
+/// The outcome of loading a repository.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The layout that was detected.
+    pub layout: Layout,
+    /// Every cluster folder found under `clusters/`, sorted; empty in plain mode.
+    pub clusters: Vec<String>,
+    /// One state per cluster (or the plain repository) that has no error, sorted by cluster.
+    pub states: Vec<DesiredState>,
+    /// Every problem found, sorted and without duplicates.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Loaded {
+    /// Whether any diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// The valid state of a cluster (`None` asks for the plain repository's state).
+    pub fn state(&self, cluster: Option<&str>) -> Option<&DesiredState> {
+        self.states
+            .iter()
+            .find(|state| state.cluster.as_deref() == cluster)
+    }
+}
+
+/// Loads and validates a whole repository.
+///
+/// `files` holds every `.yaml`/`.yml` file of the repository, keyed by repository-relative path
+/// with `/` separators. Files under a dot-directory, dot-files and other extensions are skipped.
+/// Every cluster is validated, and every problem is reported; a cluster with any error gets no
+/// [`DesiredState`].
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use proxops_core::repository::{Layout, load};
+///
+/// let files = BTreeMap::from([(
+///     "clusters/prod/resources.yaml".to_owned(),
+///     "resources: []\n".to_owned(),
+/// )]);
+/// let loaded = load(&files);
+/// assert_eq!(loaded.layout, Layout::Composition);
+/// assert!(!loaded.has_errors());
+/// assert_eq!(loaded.states[0].cluster.as_deref(), Some("prod"));
+/// ```
+pub fn load(files: &BTreeMap<String, String>) -> Loaded {
+    let files: BTreeMap<&str, &str> = files
+        .iter()
+        .map(|(path, contents)| (path.strip_prefix("./").unwrap_or(path), contents.as_str()))
+        .filter(|(path, _)| is_yaml(path) && !is_hidden(path))
+        .collect();
+    let mut repository = Repository {
+        files,
+        parsed: BTreeMap::new(),
+    };
+    let is_composition = repository
+        .files
+        .keys()
+        .any(|path| path.starts_with("clusters/"));
+    let mut loaded = if is_composition {
+        repository.load_compositions()
+    } else {
+        repository.load_plain()
+    };
+    sort_diagnostics(&mut loaded.diagnostics);
+    loaded
+}
+
+/// The files being loaded and what parsing them found, each file parsed at most once.
+struct Repository<'a> {
+    files: BTreeMap<&'a str, &'a str>,
+    parsed: BTreeMap<&'a str, ParsedFile>,
+}
+
+/// What checking one set of manifest files found, before cluster names are attached.
+struct Checked {
+    state: Option<DesiredState>,
+    /// Problems found by parsing single files: the same wherever the file is listed.
+    file_diagnostics: Vec<Diagnostic>,
+    /// Problems between resources: they depend on which cluster the files are part of.
+    cross_diagnostics: Vec<Diagnostic>,
+}
+
+impl<'a> Repository<'a> {
+    fn load_plain(&mut self) -> Loaded {
+        // SOPS files hold encrypted credentials, never manifests.
+        let files: Vec<&'a str> = self
+            .files
+            .keys()
+            .copied()
+            .filter(|path| !is_sops(path))
+            .collect();
+        let checked = self.check(None, &files);
+        let mut diagnostics = checked.file_diagnostics;
+        diagnostics.extend(checked.cross_diagnostics);
+        Loaded {
+            layout: Layout::Plain,
+            clusters: Vec::new(),
+            states: checked.state.into_iter().collect(),
+            diagnostics,
+        }
+    }
+
+    fn load_compositions(&mut self) -> Loaded {
+        let mut diagnostics = Vec::new();
+        let mut clusters = BTreeSet::new();
+        for path in self
+            .files
+            .keys()
+            .filter(|path| path.starts_with("clusters/"))
+        {
+            let mut parts = path.split('/').skip(1);
+            match (parts.next(), parts.next()) {
+                (Some(cluster), Some(_)) => {
+                    clusters.insert(cluster);
+                }
+                _ => diagnostics.push(
+                    Diagnostic::error(*path, 1, 1, "", "file is not in a cluster folder; ignored")
+                        .with_help("a cluster's files live in clusters/<cluster>/")
+                        .into_warning(),
+                ),
+            }
+        }
+        if clusters.is_empty() {
+            diagnostics.push(
+                Diagnostic::error(CLUSTERS, 1, 1, "", "no cluster folder under clusters/")
+                    .with_help(
+                        "create clusters/<cluster>/resources.yaml listing its manifest files",
+                    ),
+            );
+        }
+
+        let legacy = self.legacy_layout();
+        let blocks_every_cluster = !legacy.is_empty();
+        diagnostics.extend(legacy);
+
+        let mut states = Vec::new();
+        // A diagnostic between resources, keyed by its text, with the clusters that raised it.
+        let mut cross: BTreeMap<Diagnostic, Vec<&str>> = BTreeMap::new();
+        for &cluster in &clusters {
+            let mut cluster_diagnostics = check_cluster_name(cluster);
+            let files = self.composition(cluster, &mut cluster_diagnostics);
+            let checked = self.check(Some(cluster), &files);
+            let is_valid = !cluster_diagnostics.iter().any(Diagnostic::is_error);
+            diagnostics.extend(cluster_diagnostics);
+            diagnostics.extend(checked.file_diagnostics);
+            for diagnostic in checked.cross_diagnostics {
+                cross.entry(diagnostic).or_default().push(cluster);
+            }
+            if let Some(state) = checked.state.filter(|_| is_valid && !blocks_every_cluster) {
+                states.push(state);
+            }
+        }
+        // With several clusters, say which ones a cross-resource problem is in: a base file
+        // can be fine in one cluster and wrong in another.
+        for (mut diagnostic, in_clusters) in cross {
+            if clusters.len() > 1 {
+                let names: Vec<String> = in_clusters.iter().map(|c| format!("`{c}`")).collect();
+                let noun = if names.len() == 1 {
+                    "cluster"
+                } else {
+                    "clusters"
+                };
+                diagnostic.message =
+                    format!("{} (in {noun} {})", diagnostic.message, names.join(", "));
+            }
+            diagnostics.push(diagnostic);
+        }
+        Loaded {
+            layout: Layout::Composition,
+            clusters: clusters.into_iter().map(str::to_owned).collect(),
+            states,
+            diagnostics,
+        }
+    }
+
+    /// Manifest files directly under a kind root (`vm/web.yaml`): the layout before
+    /// compositions, which the Go program rejects too.
+    fn legacy_layout(&self) -> Vec<Diagnostic> {
+        self.files
+            .keys()
+            .filter_map(|path| {
+                let (root, file) = path.split_once('/')?;
+                let is_direct = !file.contains('/') && kind_root(root).is_some();
+                is_direct.then(|| {
+                    Diagnostic::error(
+                        *path,
+                        1,
+                        1,
+                        "",
+                        format!("manifest directly under the kind root `{root}/` (legacy layout)"),
+                    )
+                    .with_help(format!(
+                        "move it into `{root}/base/` or `{root}/<cluster>/` and list it in \
+                         clusters/<cluster>/resources.yaml"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The manifest files a cluster's `resources.yaml` lists, as repository paths, with a
+    /// diagnostic for each entry that cannot be used.
+    fn composition(&self, cluster: &str, diagnostics: &mut Vec<Diagnostic>) -> Vec<&'a str> {
+        let folder = format!("{CLUSTERS}/{cluster}");
+        let composition_path = format!("{folder}/{COMPOSITION}");
+        let Some(contents) = self.files.get(composition_path.as_str()) else {
+            let mut missing = Diagnostic::error(
+                &folder,
+                1,
+                1,
+                "",
+                format!("cluster folder has no {COMPOSITION}"),
+            );
+            missing = if self
+                .files
+                .contains_key(format!("{folder}/resources.yml").as_str())
+            {
+                missing.with_help(format!("rename resources.yml to {COMPOSITION}"))
+            } else {
+                missing.with_help(format!(
+                    "create {composition_path} listing the cluster's manifest files"
+                ))
+            };
+            diagnostics.push(missing);
+            return Vec::new();
+        };
+        let (entries, field_prefix) = match parse_composition(contents) {
+            Ok(parsed) => parsed,
+            Err((message, at)) => {
+                diagnostics.push(
+                    Diagnostic::error(&composition_path, at.line, at.column, "", message)
+                        .with_help("write `resources:` followed by a list of manifest paths"),
+                );
+                return Vec::new();
+            }
+        };
+
+        let mut listed: BTreeMap<String, usize> = BTreeMap::new();
+        let mut files = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let at = entry.referenced;
+            let (line, column) = (to_usize(at.line()), to_usize(at.column()));
+            let written = entry.value.as_str();
+            let field = format!("{field_prefix}[{i}]");
+            let error = |message: String| {
+                Diagnostic::error(&composition_path, line, column, &field, message)
+            };
+            let Some(path) = normalise(&folder, written) else {
+                diagnostics.push(
+                    error(format!("`{written}` is outside the repository")).with_help(format!(
+                        "paths are relative to {folder}/ and stay inside the repository, e.g. \
+                         `../../vm/base/web.yaml`"
+                    )),
+                );
+                continue;
+            };
+            if !is_yaml(&path) {
+                diagnostics.push(
+                    error(format!("`{written}` is not a manifest file"))
+                        .with_help("manifest files end .yaml or .yml"),
+                );
+                continue;
+            }
+            if let Some(first_line) = listed.get(&path) {
+                diagnostics.push(
+                    error(format!(
+                        "`{written}` is listed twice: {path} is already listed at line {first_line}"
+                    ))
+                    .with_help("remove one of the two entries"),
+                );
+                continue;
+            }
+            listed.insert(path.clone(), line);
+            let Some((&existing, _)) = self.files.get_key_value(path.as_str()) else {
+                let mut missing = error(format!("`{written}` does not exist ({path})"));
+                missing = if is_hidden(&path) {
+                    missing.with_help("files in dot-folders and dot-files are never read")
+                } else if let Some(close) = self.closest_manifest(&path) {
+                    missing.with_help(format!("did you mean `../../{close}`?"))
+                } else {
+                    missing.with_help("create the file or remove the entry")
+                };
+                diagnostics.push(missing);
+                continue;
+            };
+            let root = path.split('/').next().unwrap_or_default();
+            if kind_root(root).is_none() {
+                diagnostics.push(
+                    error(format!("`{written}` is not under a kind root ({path})")).with_help(
+                        format!(
+                            "manifests live in <root>/base/ or <root>/{cluster}/, root one of {}",
+                            kind_roots().join(", ")
+                        ),
+                    ),
+                );
+                continue;
+            }
+            files.push(existing);
+        }
+        files
+    }
+
+    /// The existing manifest path closest to a missing one, when close enough to be a typo.
+    fn closest_manifest(&self, missing: &str) -> Option<&'a str> {
+        self.files
+            .keys()
+            .copied()
+            .filter(|path| !path.starts_with("clusters/"))
+            .map(|path| (strsim::levenshtein(path, missing), path))
+            .filter(|(distance, _)| *distance <= 3)
+            .min()
+            .map(|(_, path)| path)
+    }
+
+    /// Parses `files` (each at most once per load) and checks them as one desired state.
+    fn check(&mut self, cluster: Option<&str>, files: &[&'a str]) -> Checked {
+        let mut file_diagnostics = Vec::new();
+        let mut resources = Vec::new();
+        for &path in files {
+            let contents = self.files.get(path).copied().unwrap_or_default();
+            let parsed = self
+                .parsed
+                .entry(path)
+                .or_insert_with(|| parse_file(path, contents));
+            file_diagnostics.extend(parsed.diagnostics.iter().cloned());
+            resources.extend(parsed.resources.iter().cloned());
+        }
+        // Cross-resource checks and cycles run even when a file has errors, so one run reports
+        // everything; the parser keeps every resource that has an identity.
+        let (manifest, mut cross_diagnostics) = Manifest::check(resources);
+        let levels = DependencyGraph::from_manifest(&manifest).levels();
+        let levels = match levels {
+            Ok(levels) => Some(levels),
+            Err(cycles) => {
+                cross_diagnostics.extend(cycles.iter().map(|cycle| cycle.to_diagnostic()));
+                None
+            }
+        };
+        let has_errors = file_diagnostics
+            .iter()
+            .chain(&cross_diagnostics)
+            .any(Diagnostic::is_error);
+        let state = levels.filter(|_| !has_errors).map(|levels| DesiredState {
+            cluster: cluster.map(str::to_owned),
+            manifest,
+            levels,
+            files: files.iter().map(|path| (*path).to_owned()).collect(),
+        });
+        Checked {
+            state,
+            file_diagnostics,
+            cross_diagnostics,
+        }
+    }
+}
+
+/// The entries of a `resources.yaml`, and the field path they sit under (`resources` or empty
+/// for a bare list).
+type Composition = (Vec<Spanned<String>>, &'static str);
+
+/// `resources.yaml` as a mapping. Unknown keys are errors: a misspelt `resources:` would
+/// otherwise read as an empty composition.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompositionFile {
+    #[serde(default)]
+    resources: Option<Vec<Spanned<String>>>,
+}
+
+/// Parses `resources.yaml`: `resources: [paths]`, a bare list of paths, or nothing at all.
+fn parse_composition(contents: &str) -> Result<Composition, (String, Location)> {
+    if let Ok(entries) = serde_saphyr::from_str::<Vec<Spanned<String>>>(contents) {
+        return Ok((entries, ""));
+    }
+    match serde_saphyr::from_str::<Option<CompositionFile>>(contents) {
+        Ok(file) => Ok((
+            file.and_then(|f| f.resources).unwrap_or_default(),
+            "resources",
+        )),
+        Err(error) => {
+            let at = error
+                .location()
+                .map_or(Location { line: 1, column: 1 }, |at| Location {
+                    line: to_usize(at.line()),
+                    column: to_usize(at.column()),
+                });
+            let message = error.without_snippet().to_string();
+            // The location is ours to render; drop the parser's own " at line L, column C".
+            let message = match message.rfind(" at line ") {
+                Some(cut) => message[..cut].to_owned(),
+                None => message,
+            };
+            Err((message, at))
+        }
+    }
+}
+
+/// Joins a path written in `clusters/<c>/resources.yaml` to its folder and resolves `.` and
+/// `..` lexically; `None` when it leaves the repository.
+fn normalise(folder: &str, written: &str) -> Option<String> {
+    if written.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in folder.split('/').chain(written.split('/')) {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// Checks a folder name under `clusters/` against `^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$`, at most
+/// 64 characters (the Go program's rule).
+fn check_cluster_name(name: &str) -> Vec<Diagnostic> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let is_valid = name.len() <= MAX_CLUSTER_NAME
+        && name.starts_with(allowed)
+        && name.ends_with(allowed)
+        && name.chars().all(|c| allowed(c) || c == '-');
+    if is_valid {
+        return Vec::new();
+    }
+    vec![
+        Diagnostic::error(
+            format!("{CLUSTERS}/{name}"),
+            1,
+            1,
+            "",
+            format!("invalid cluster name `{name}`"),
+        )
+        .with_help(
+            "cluster names are lowercase letters, digits and inner hyphens, at most 64 characters",
+        ),
+    ]
+}
+
+fn kind_root(folder: &str) -> Option<Kind> {
+    Kind::ALL.into_iter().find(|kind| kind.root() == folder)
+}
+
+fn kind_roots() -> Vec<&'static str> {
+    Kind::ALL.iter().map(|kind| kind.root()).collect()
+}
+
+fn is_yaml(path: &str) -> bool {
+    path.ends_with(".yaml") || path.ends_with(".yml")
+}
+
+fn is_hidden(path: &str) -> bool {
+    path.split('/').any(|part| part.starts_with('.'))
+}
+
+fn is_sops(path: &str) -> bool {
+    path.ends_with(".sops.yaml") || path.ends_with(".sops.yml")
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(files: &[(&str, &str)]) -> BTreeMap<String, String> {
+        files
+            .iter()
+            .map(|(p, c)| ((*p).to_owned(), (*c).to_owned()))
+            .collect()
+    }
+
+    fn rendered(loaded: &Loaded) -> Vec<String> {
+        loaded.diagnostics.iter().map(ToString::to_string).collect()
+    }
+
+    const MANIFEST: &str = "apiVersion: proxops/v1alpha1\n";
+
+    #[test]
+    fn repository_without_clusters_folder_is_plain() {
+        let loaded = load(&repo(&[
+            ("vms/web.yaml", MANIFEST),
+            ("isos/a.yml", MANIFEST),
+        ]));
+        assert_eq!(loaded.layout, Layout::Plain);
+        assert!(loaded.clusters.is_empty());
+        assert_eq!(loaded.states.len(), 1);
+        assert_eq!(loaded.states[0].cluster, None);
+        assert_eq!(loaded.states[0].files, ["isos/a.yml", "vms/web.yaml"]);
+    }
+
+    #[test]
+    fn dot_folders_dot_files_sops_and_other_extensions_are_skipped() {
+        let loaded = load(&repo(&[
+            (".github/workflows/ci.yaml", MANIFEST),
+            ("vm/.hidden.yaml", MANIFEST),
+            ("README.md", MANIFEST),
+            ("secrets.sops.yaml", MANIFEST),
+            ("vm/web.yaml", MANIFEST),
+        ]));
+        assert_eq!(loaded.states[0].files, ["vm/web.yaml"]);
+    }
+
+    #[test]
+    fn composition_lists_files_relative_to_the_cluster_folder() {
+        let loaded = load(&repo(&[
+            (
+                "clusters/prod/resources.yaml",
+                "resources:\n  - ../../vm/base/web.yaml\n  - ../../vm/prod/db.yaml\n",
+            ),
+            ("clusters/prod/config.yaml", "pve: {}\n"),
+            ("clusters/prod/secrets.sops.yaml", "sops: {}\n"),
+            ("vm/base/web.yaml", MANIFEST),
+            ("vm/prod/db.yaml", MANIFEST),
+            ("vm/base/unlisted.yaml", MANIFEST),
+        ]));
+        assert_eq!(loaded.layout, Layout::Composition);
+        assert_eq!(rendered(&loaded), Vec::<String>::new());
+        assert_eq!(loaded.clusters, ["prod"]);
+        let state = loaded.state(Some("prod")).expect("valid");
+        assert_eq!(state.files, ["vm/base/web.yaml", "vm/prod/db.yaml"]);
+    }
+
+    #[test]
+    fn composition_may_be_a_bare_list_or_empty() {
+        let loaded = load(&repo(&[
+            ("clusters/a/resources.yaml", "- ../../vm/base/web.yaml\n"),
+            ("clusters/b/resources.yaml", ""),
+            ("clusters/c/resources.yaml", "resources:\n"),
+            ("vm/base/web.yaml", MANIFEST),
+        ]));
+        assert_eq!(rendered(&loaded), Vec::<String>::new());
+        assert_eq!(loaded.states.len(), 3);
+        assert_eq!(loaded.states[0].files, ["vm/base/web.yaml"]);
+        assert!(loaded.states[1].files.is_empty());
+    }
+
+    #[test]
+    fn composition_entries_that_cannot_be_used_are_located_at_the_entry() {
+        let loaded = load(&repo(&[
+            (
+                "clusters/prod/resources.yaml",
+                "resources:\n  - ../../vm/base/web.yaml\n  - ../../../etc/passwd.yaml\n  - \
+                 ../../vm/./base/web.yaml\n  - ../../vm/base/notes.txt\n  - ../../vm/base/wbe.yaml\n  \
+                 - config.yaml\n",
+            ),
+            ("clusters/prod/config.yaml", "pve: {}\n"),
+            ("vm/base/web.yaml", MANIFEST),
+        ]));
+        assert_eq!(
+            rendered(&loaded),
+            [
+                "clusters/prod/resources.yaml:3:5: error: resources[1]: `../../../etc/passwd.yaml` \
+                 is outside the repository\n  help: paths are relative to clusters/prod/ and stay \
+                 inside the repository, e.g. `../../vm/base/web.yaml`",
+                "clusters/prod/resources.yaml:4:5: error: resources[2]: `../../vm/./base/web.yaml` \
+                 is listed twice: vm/base/web.yaml is already listed at line 2\n  help: remove one \
+                 of the two entries",
+                "clusters/prod/resources.yaml:5:5: error: resources[3]: `../../vm/base/notes.txt` \
+                 is not a manifest file\n  help: manifest files end .yaml or .yml",
+                "clusters/prod/resources.yaml:6:5: error: resources[4]: `../../vm/base/wbe.yaml` \
+                 does not exist (vm/base/wbe.yaml)\n  help: did you mean `../../vm/base/web.yaml`?",
+                "clusters/prod/resources.yaml:7:5: error: resources[5]: `config.yaml` is not under \
+                 a kind root (clusters/prod/config.yaml)\n  help: manifests live in <root>/base/ \
+                 or <root>/prod/, root one of iso, ctt, diskimage, templatevm, templatect, vm, lxc",
+            ]
+        );
+        assert!(loaded.states.is_empty());
+    }
+
+    #[test]
+    fn manifest_directly_under_a_kind_root_is_reported_once_and_blocks_every_cluster() {
+        let loaded = load(&repo(&[
+            (
+                "clusters/a/resources.yaml",
+                "resources:\n  - ../../vm/web.yaml\n",
+            ),
+            ("clusters/b/resources.yaml", "resources: []\n"),
+            ("vm/web.yaml", MANIFEST),
+        ]));
+        assert_eq!(
+            rendered(&loaded),
+            [
+                "vm/web.yaml:1:1: error: manifest directly under the kind root `vm/` (legacy \
+              layout)\n  help: move it into `vm/base/` or `vm/<cluster>/` and list it in \
+              clusters/<cluster>/resources.yaml"
+            ]
+        );
+        assert!(loaded.states.is_empty());
+    }
+
+    #[test]
+    fn cluster_folder_needs_a_valid_name_and_a_composition() {
+        let loaded = load(&repo(&[
+            ("clusters/Prod/resources.yaml", "resources: []\n"),
+            ("clusters/dev/config.yaml", "pve: {}\n"),
+            ("clusters/ok/resources.yaml", "resources: []\n"),
+        ]));
+        assert_eq!(
+            rendered(&loaded),
+            [
+                "clusters/Prod:1:1: error: invalid cluster name `Prod`\n  help: cluster names are \
+                 lowercase letters, digits and inner hyphens, at most 64 characters",
+                "clusters/dev:1:1: error: cluster folder has no resources.yaml\n  help: create \
+                 clusters/dev/resources.yaml listing the cluster's manifest files",
+            ]
+        );
+        assert_eq!(loaded.clusters, ["Prod", "dev", "ok"]);
+        assert_eq!(loaded.states.len(), 1);
+        assert_eq!(loaded.states[0].cluster.as_deref(), Some("ok"));
+    }
+
+    #[test]
+    fn misspelt_resources_key_is_an_error_not_an_empty_cluster() {
+        let loaded = load(&repo(&[(
+            "clusters/prod/resources.yaml",
+            "resource:\n  - a.yaml\n",
+        )]));
+        assert_eq!(loaded.diagnostics.len(), 1);
+        let d = &loaded.diagnostics[0];
+        assert_eq!(
+            (d.path.as_str(), d.line, d.column),
+            ("clusters/prod/resources.yaml", 1, 1)
+        );
+        assert!(
+            d.message.contains("unknown field `resource`"),
+            "{}",
+            d.message
+        );
+        assert!(loaded.states.is_empty());
+    }
+
+    #[test]
+    fn path_normalisation_resolves_dots_and_refuses_to_leave_the_repository() {
+        assert_eq!(
+            normalise("clusters/a", "../../vm/base/x.yaml").as_deref(),
+            Some("vm/base/x.yaml")
+        );
+        assert_eq!(
+            normalise("clusters/a", "./../b/../../vm//x.yaml").as_deref(),
+            Some("vm/x.yaml")
+        );
+        assert_eq!(normalise("clusters/a", "../../../x.yaml"), None);
+        assert_eq!(normalise("clusters/a", "/etc/x.yaml"), None);
+    }
+
+    #[test]
+    fn cluster_names_follow_the_go_rule() {
+        for good in ["prod", "a", "eu-west-1", &"a".repeat(64)] {
+            assert!(check_cluster_name(good).is_empty(), "{good}");
+        }
+        for bad in ["Prod", "-a", "a-", "a_b", &"a".repeat(65)] {
+            assert!(!check_cluster_name(bad).is_empty(), "{bad}");
+        }
+    }
+}
