@@ -10,6 +10,7 @@
 //! never resolve across clusters. Nothing here reads files or talks to PVE.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
@@ -34,6 +35,22 @@ pub enum Layout {
     Plain,
     /// `clusters/<cluster>/resources.yaml` compositions over `<kind-root>/` folders.
     Composition,
+}
+
+impl Layout {
+    /// `plain` or `composition`, as shown in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Plain => "plain",
+            Layout::Composition => "composition",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The validated desired state of one cluster (or of a plain repository).
