@@ -110,12 +110,16 @@ impl Schema {
     }
 
     /// Validates one request. `path` is below `/api2/json` (e.g. `/nodes/pve1/qemu`) and
-    /// already percent-decoded; `params` are query and body parameters, as strings (array
-    /// parameters with their elements joined by NUL, booleans as `0`/`1`).
+    /// already percent-decoded; `params` are query and body parameters, as strings (booleans
+    /// as `0`/`1`; a string given for an array parameter counts as its one element, as in PVE).
     ///
     /// Path parameters are validated like any other parameter. A body or query parameter that
-    /// repeats a path parameter with a different value is reported under its name with
-    /// [`CONFLICTING_PATH_PARAMETER`].
+    /// repeats a path parameter with a different value is reported, as in pve-manager's
+    /// `rest_handler`, under its name with [`CONFLICTING_PATH_PARAMETER`] (only the first, in
+    /// name order) and nothing else is checked.
+    ///
+    /// PVE checks the API-token restriction and permissions between the conflict check and
+    /// schema validation; a server that wants that order calls [`Schema::route`] first.
     ///
     /// # Errors
     /// [`SchemaError::NotImplemented`] for an unknown path or a method the path does not have;
@@ -126,22 +130,19 @@ impl Schema {
         path: &str,
         params: &BTreeMap<String, String>,
     ) -> Result<Matched, SchemaError> {
-        let (template, path_params) = self.match_path(path).ok_or(SchemaError::NotImplemented)?;
+        let matched = self.route(method, path)?;
         let endpoint = self
-            .endpoint(method, template)
+            .endpoint(method, &matched.template)
             .ok_or(SchemaError::NotImplemented)?;
 
         let mut merged = params.clone();
-        let mut conflicts = BTreeMap::new();
-        for (name, value) in &path_params {
+        for (name, value) in &matched.path_params {
             if let Some(given) = merged.insert(name.clone(), value.clone())
                 && given != *value
             {
-                conflicts.insert(name.clone(), CONFLICTING_PATH_PARAMETER.to_string());
+                let conflict = BTreeMap::from([(name.clone(), CONFLICTING_PATH_PARAMETER.into())]);
+                return Err(SchemaError::Invalid(conflict));
             }
-        }
-        if !conflicts.is_empty() {
-            return Err(SchemaError::Invalid(conflicts));
         }
 
         let mut errors = Errors::default();
@@ -157,13 +158,26 @@ impl Schema {
         );
         let errors = errors.into_map();
         if errors.is_empty() {
-            Ok(Matched {
-                template: template.to_string(),
-                path_params,
-            })
+            Ok(matched)
         } else {
             Err(SchemaError::Invalid(errors))
         }
+    }
+
+    /// Matches a request to its endpoint without validating any parameter: the template and
+    /// the path parameters, or [`SchemaError::NotImplemented`] (PVE's 501
+    /// `Method '<METHOD> <path>' not implemented`).
+    ///
+    /// # Errors
+    /// Only [`SchemaError::NotImplemented`].
+    pub fn route(&self, method: &str, path: &str) -> Result<Matched, SchemaError> {
+        let (template, path_params) = self.match_path(path).ok_or(SchemaError::NotImplemented)?;
+        self.endpoint(method, template)
+            .ok_or(SchemaError::NotImplemented)?;
+        Ok(Matched {
+            template: template.to_string(),
+            path_params,
+        })
     }
 
     /// `allowtoken`, `protected` and `proxyto` of an endpoint, by method and path template
@@ -428,10 +442,30 @@ mod tests {
     }
 
     #[test]
+    fn route_matches_without_validating_parameters() {
+        let schema = Schema::vendored();
+        let matched = schema.route("POST", "/nodes/pve1/qemu").unwrap();
+        assert_eq!(matched.template, "/nodes/{node}/qemu");
+        assert_eq!(
+            schema.route("PUT", "/nodes/pve1/qemu"),
+            Err(SchemaError::NotImplemented)
+        );
+    }
+
+    #[test]
     fn body_parameter_contradicting_the_path_is_rejected() {
         assert_eq!(
             one_error("GET", "/nodes/pve1/qemu/100/config", &[("vmid", "101")]),
             pair("vmid", CONFLICTING_PATH_PARAMETER)
+        );
+        // Only the first conflict is reported, and nothing else is checked.
+        assert_eq!(
+            one_error(
+                "GET",
+                "/nodes/pve1/qemu/100/config",
+                &[("node", "pve2"), ("vmid", "101"), ("bogus", "1")]
+            ),
+            pair("node", CONFLICTING_PATH_PARAMETER)
         );
         assert!(check("GET", "/nodes/pve1/qemu/100/config", &[("vmid", "100")]).is_ok());
     }
@@ -717,9 +751,13 @@ mod tests {
     }
 
     #[test]
-    fn array_parameters_check_each_nul_separated_element() {
+    fn array_parameter_given_as_one_string_is_a_one_element_array() {
         let path = "/nodes/pve1/qemu/100/agent/exec";
-        assert!(check("POST", path, &[("command", "ls\0-l")]).is_ok());
+        assert!(check("POST", path, &[("command", "uptime")]).is_ok());
+        assert_eq!(
+            one_error("POST", path, &[("command", "")]),
+            pair("command", "type check ('array') failed")
+        );
     }
 
     #[test]

@@ -155,7 +155,7 @@ fn split_key_value(part: &str) -> Option<(&str, &str)> {
 }
 
 /// Perl truthiness of a defined string: everything but `""` and `"0"`.
-fn perl_true(value: &str) -> bool {
+pub(crate) fn perl_true(value: &str) -> bool {
     !value.is_empty() && value != "0"
 }
 

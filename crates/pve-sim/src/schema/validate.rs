@@ -15,7 +15,7 @@ use regex::Regex;
 
 use super::formats;
 use super::model::{Format, Loaded, Property, Props, compile_anchored};
-use super::property_string;
+use super::property_string::{self, perl_true};
 
 const NOT_DEFINED: &str =
     "property is not defined in schema and the schema does not allow additional properties";
@@ -190,18 +190,16 @@ impl Validator<'_> {
         }
     }
 
-    /// Array parameters arrive as one string; PVE's HTTP layer joins repeated form keys with NUL,
-    /// so the elements are the NUL-separated parts, each checked against `items`.
+    /// Array parameters arrive as one string. pve-common `RESTHandler.pm`
+    /// (`normalize_legacy_param_formats`) wraps a Perl-true scalar into a one-element array
+    /// before validation; a false one (`""`, `"0"`) stays a scalar and fails the type check.
     fn check_array(&self, value: &str, prop: &Property, path: &str, errors: &mut Errors) {
-        let Some(items) = &prop.items else {
+        if !perl_true(value) {
+            errors.add(path, "type check ('array') failed");
             return;
-        };
-        let mut parts: Vec<&str> = value.split('\0').collect();
-        while parts.last().is_some_and(|p| p.is_empty()) {
-            parts.pop();
         }
-        for (index, item) in parts.into_iter().enumerate() {
-            self.check_prop(Some(item), items, &format!("{path}[{index}]"), errors);
+        if let Some(items) = &prop.items {
+            self.check_prop(Some(value), items, &format!("{path}[0]"), errors);
         }
     }
 
@@ -228,7 +226,7 @@ impl Validator<'_> {
         let verdict = match kind {
             "list" => formats::split_list(value).into_iter().try_for_each(check),
             // `$registered->($value) if $value`: Perl-false values are not checked.
-            "opt" if value.is_empty() || value == "0" => Ok(()),
+            "opt" if !perl_true(value) => Ok(()),
             _ => check(value),
         };
         verdict.map_err(FormatError::Die)
