@@ -39,26 +39,26 @@ pub(crate) fn check(name: &str, value: &str) -> Option<Result<(), String>> {
     let verdict = match name {
         // pve-common registers 'string' so that 'string-list' works; it checks nothing.
         "string" => Ok(()),
-        "pve-vmid" => expect(
+        "pve-vmid" => require_match(
             &VMID,
             value,
             "value does not look like a valid VM ID".into(),
         ),
-        "pve-node" => expect(
+        "pve-node" => require_match(
             &NODE,
             value,
             "value does not look like a valid node name".into(),
         ),
         "pve-storage-id" => storage_id(value),
-        "pve-bridge-id" => expect(&BRIDGE, value, format!("invalid bridge ID '{value}'")),
-        "pve-configid" => expect(
+        "pve-bridge-id" => require_match(&BRIDGE, value, format!("invalid bridge ID '{value}'")),
+        "pve-configid" => require_match(
             &CONFIGID,
             value,
             format!("invalid configuration ID '{value}'"),
         ),
-        "pve-tag" => expect(&TAG, value, "invalid characters in tag".into()),
+        "pve-tag" => require_match(&TAG, value, "invalid characters in tag".into()),
         "pve-poolid" => poolid(value),
-        "pve-realm" => expect(
+        "pve-realm" => require_match(
             &REALM,
             value,
             "value does not look like a valid realm".into(),
@@ -73,12 +73,12 @@ pub(crate) fn check(name: &str, value: &str) -> Option<Result<(), String>> {
             }
         }
         "pve-storage-content" => storage_content(value),
-        "disk-size" => expect(
+        "disk-size" => require_match(
             &DISK_SIZE,
             value,
             format!("value does not look like a valid disk size: {value}"),
         ),
-        "dns-name" => expect(
+        "dns-name" => require_match(
             &DNS_NAME,
             value,
             "value does not look like a valid DNS name".into(),
@@ -119,12 +119,12 @@ pub(crate) fn check(name: &str, value: &str) -> Option<Result<(), String>> {
             matches!(value, "auto" | "dhcp" | "manual") || is_cidr_v6(value),
             "value does not look like a valid ipv6 network configuration".into(),
         ),
-        "mac-addr" => expect(
+        "mac-addr" => require_match(
             &MAC_ADDR,
             value,
             "value does not look like a valid unicast MAC address".into(),
         ),
-        "urlencoded" => expect(
+        "urlencoded" => require_match(
             &URLENCODED,
             value,
             format!("invalid urlencoded string: {value}"),
@@ -133,8 +133,10 @@ pub(crate) fn check(name: &str, value: &str) -> Option<Result<(), String>> {
             is_startup_order(value),
             "unable to parse startup options".into(),
         ),
-        "pve-task-status-type" => expect(&TASK_STATUS, value, format!("invalid status '{value}'")),
-        "pve-iface" => expect(
+        "pve-task-status-type" => {
+            require_match(&TASK_STATUS, value, format!("invalid status '{value}'"))
+        }
+        "pve-iface" => require_match(
             &IFACE,
             value,
             format!("invalid network interface name '{value}'"),
@@ -198,7 +200,7 @@ static MP_ILLEGAL: LazyLock<Regex> = LazyLock::new(|| re(r"/\.\.?/|/\.\.?$|^\.\.
 static TIMEZONE: LazyLock<Regex> =
     LazyLock::new(|| re(r"^[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)+$"));
 
-fn expect(regex: &Regex, value: &str, message: String) -> Result<(), String> {
+fn require_match(regex: &Regex, value: &str, message: String) -> Result<(), String> {
     ok_if(regex.is_match(value), message)
 }
 
@@ -212,7 +214,7 @@ fn storage_id(value: &str) -> Result<(), String> {
             "storage ID '{value}' cannot be shorter than 2 characters"
         ));
     }
-    expect(
+    require_match(
         &STORAGE_ID,
         value,
         format!("storage ID '{value}' contains illegal characters"),
@@ -230,7 +232,7 @@ fn poolid(value: &str) -> Result<(), String> {
             "pool name '{value}' nested too deeply (max levels = 3)"
         ));
     }
-    expect(
+    require_match(
         &POOLID,
         value,
         format!("pool name '{value}' contains invalid characters"),
@@ -238,7 +240,7 @@ fn poolid(value: &str) -> Result<(), String> {
 }
 
 fn volume_id(value: &str) -> Result<(), String> {
-    expect(
+    require_match(
         &VOLUME_ID,
         value,
         format!("unable to parse volume ID '{value}'"),
