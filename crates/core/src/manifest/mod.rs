@@ -1,13 +1,51 @@
 //! One manifest file → typed, validated resources, with every problem found in it.
 //!
-//! INTERFACE STUB: the types below are the contract between per-document parsing (this
-//! module) and the cross-resource checks, layout and graph (`desired`, `repository`,
-//! `graph`). Fields may be added; the names below stay.
+//! The types here are the contract between per-document parsing (this module) and the
+//! cross-resource checks, layout and graph (`desired`, `repository`, `graph`).
+//!
+//! How a file is read, in order:
+//! - `yaml`: text → a tree of located nodes per document (bounded against YAML bombs);
+//! - `document`: `apiVersion` and `kind` first, then the whole document is decoded into that
+//!   kind's raw type (`raw`) by `decode`, which reports unknown keys and wrong types and keeps
+//!   going;
+//! - `metadata`, `artifact`, `vm`, `lxc`: raw → validated types, one check per rule, each
+//!   reporting with the field path; `check` locates a field path in the tree.
+//!
+//! Nothing here looks across documents: duplicate names or vmids, missing reference targets
+//! and cycles are found by the callers.
 
 use std::collections::BTreeMap;
 
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Diagnostic, sort_diagnostics};
 use crate::resource::ResourceId;
+
+mod artifact;
+mod check;
+mod choice;
+mod decode;
+mod document;
+mod guest;
+mod ids;
+mod lxc;
+mod metadata;
+mod quantity;
+pub(crate) mod raw;
+mod vm;
+mod yaml;
+
+pub use artifact::{ArtifactSpec, Checksum, content_type, extensions};
+pub use choice::{
+    Aio, Arch, Bios, ChecksumAlgorithm, Discard, EfiTemplate, Machine, Media, PowerState,
+    SecureBoot, TpmVersion,
+};
+pub use ids::{MAX_NAME_LEN, NodeName, StorageId, VmId, is_valid_name};
+pub use lxc::*;
+pub use metadata::{ADOPT, DEPENDS_ON, DRIFT, RESTART};
+pub use quantity::{ByteSize, Mebibytes, NotWholeMib, QuantityError};
+pub use vm::*;
+
+/// The only `apiVersion` ProxOps reads.
+pub const API_VERSION: &str = "proxops/v1alpha1";
 
 /// A 1-based line and column in a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -28,9 +66,40 @@ pub struct ParsedFile {
 }
 
 /// Parses and validates every document of one file. `path` is repository-relative.
+///
+/// Documents separated by `---` are independent: a syntax error abandons only its own
+/// document. Every problem of every document is reported, in file order.
+///
+/// ```
+/// let file = proxops_core::manifest::parse_file(
+///     "iso/base/netinst.yaml",
+///     "apiVersion: proxops/v1alpha1\nkind: ISO\nmetadata: {name: netinst}\n\
+///      spec: {nodes: [pve1], storage: local, filename: netinst.iso, url: 'https://x.org/n.iso'}\n",
+/// );
+/// assert!(file.diagnostics.is_empty());
+/// assert_eq!(file.resources[0].id.to_string(), "ISO/netinst");
+/// ```
 pub fn parse_file(path: &str, contents: &str) -> ParsedFile {
-    let _ = (path, contents);
-    ParsedFile::default()
+    let mut file = ParsedFile::default();
+    for doc in yaml::parse_documents(path, contents) {
+        file.diagnostics.extend(doc.problems);
+        if let Some(root) = doc.root {
+            document::check_document(path, &root, &mut file);
+        }
+    }
+    sort_diagnostics(&mut file.diagnostics);
+    file
+}
+
+/// A resource's validated desired state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Spec {
+    /// A VM or TemplateVM (the kind is in the resource id).
+    Vm(Box<VmSpec>),
+    /// An LXC or TemplateCT.
+    Lxc(Box<LxcSpec>),
+    /// An ISO, CTTemplate or DiskImage.
+    Artifact(ArtifactSpec),
 }
 
 /// One validated manifest document.
@@ -50,6 +119,16 @@ pub struct Resource {
     pub placement: Placement,
     /// Structured references and `proxops/depends-on` edges, in document order.
     pub references: Vec<Reference>,
+    /// The validated spec; `None` when the document has errors (its diagnostics say why).
+    /// A revision with any error is never planned, so planning can rely on `Some`.
+    pub spec: Option<Spec>,
+}
+
+impl Resource {
+    /// Whether the whole document validated.
+    pub fn is_valid(&self) -> bool {
+        self.spec.is_some()
+    }
 }
 
 /// Where a resource lives on PVE.
@@ -87,3 +166,6 @@ pub struct Reference {
     /// True for `proxops/depends-on` edges, false for structured references.
     pub explicit: bool,
 }
+
+#[cfg(test)]
+pub(crate) mod testing;

@@ -1,0 +1,1090 @@
+//! VM and TemplateVM: the validated spec and its checks (DESIGN.md §2.4).
+//!
+//! Slots are resolved here (a disk's default is `scsi<index>`, a NIC's `net<index>`), so two
+//! devices on one slot, or a disk on the slot of the CD-ROM or cloud-init drive, are caught
+//! before anything reaches PVE.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use super::check::Checker;
+use super::choice::{
+    Aio, Bios, Discard, EfiTemplate, Machine, Media, PowerState, SecureBoot, TpmVersion,
+};
+use super::decode::{did_you_mean, one_of};
+use super::document::Checked;
+use super::guest::{
+    Slots, check_extra, check_mac, check_mib, check_node, check_size, check_state, check_storage,
+    check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference, slot_ranges,
+};
+use super::ids::{NodeName, StorageId, VmId};
+use super::quantity::{ByteSize, Mebibytes};
+use super::raw::{RawCloudInitData, RawDisk, RawHardware, RawVmNic, RawVmOptions, RawVmSpec};
+use super::{Reference, Spec};
+use crate::resource::Kind;
+
+/// A validated VM or TemplateVM spec.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VmSpec {
+    /// The node it lives on.
+    pub node: NodeName,
+    /// Its id.
+    pub vmid: VmId,
+    /// Desired power state (always stopped for a TemplateVM).
+    pub state: PowerState,
+    /// Memory.
+    pub memory: Mebibytes,
+    /// CPU.
+    pub cpu: VmCpu,
+    /// Disks, with their slots resolved.
+    pub disks: Vec<Disk>,
+    /// The VM-wide SCSI controller (`scsihw`), from the first disk that names one.
+    pub scsihw: Option<String>,
+    /// NICs, with their slots resolved.
+    pub networks: Vec<VmNic>,
+    /// Hardware.
+    pub hardware: Hardware,
+    /// Options; `None` = not managed.
+    pub options: VmOptions,
+    /// Cloud-init data.
+    pub cloud_init_data: CloudInitData,
+    /// PVE `name` (default `metadata.name`).
+    pub pve_name: String,
+    /// PVE `description`.
+    pub pve_description: Option<String>,
+    /// PVE tags, without the ownership tag.
+    pub tags: Vec<String>,
+    /// Further PVE keys, verbatim.
+    pub extra: BTreeMap<String, String>,
+    /// The TemplateVM to clone from.
+    pub clone: Option<String>,
+}
+
+/// `spec.cpu`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VmCpu {
+    /// PVE CPU type.
+    pub cpu_type: String,
+    /// Cores.
+    pub cores: u32,
+    /// Accepted, never sent.
+    pub flags: Vec<String>,
+}
+
+/// A disk bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskBus {
+    /// `scsiN`.
+    Scsi,
+    /// `virtioN`.
+    Virtio,
+    /// `sataN`.
+    Sata,
+    /// `ideN`.
+    Ide,
+    /// `nvmeN`.
+    Nvme,
+}
+
+/// Disk slot prefixes and their highest index in PVE.
+const DISK_SLOTS: [(&str, u32); 5] = [
+    ("scsi", 30),
+    ("virtio", 15),
+    ("sata", 5),
+    ("ide", 3),
+    ("nvme", 15),
+];
+/// NIC slots `net0`..`net31`.
+const NIC_SLOTS: [(&str, u32); 1] = [("net", 31)];
+/// PCI passthrough slots `hostpci0`..`hostpci15`.
+const PCI_SLOTS: [(&str, u32); 1] = [("hostpci", 15)];
+/// PVE's `scsihw` values.
+const CONTROLLERS: [&str; 6] = [
+    "lsi",
+    "lsi53c810",
+    "virtio-scsi-pci",
+    "virtio-scsi-single",
+    "megasas",
+    "pvscsi",
+];
+/// PVE's NIC models.
+const NIC_MODELS: [&str; 14] = [
+    "virtio",
+    "e1000",
+    "e1000e",
+    "e1000-82540em",
+    "e1000-82544gc",
+    "e1000-82545em",
+    "i82551",
+    "i82557b",
+    "i82559er",
+    "ne2k_isa",
+    "ne2k_pci",
+    "pcnet",
+    "rtl8139",
+    "vmxnet3",
+];
+/// `spec.extra` keys ProxOps sets itself (the Go program's list).
+const RESERVED_EXTRA: [&str; 33] = [
+    "vmid",
+    "name",
+    "memory",
+    "cpu",
+    "cores",
+    "machine",
+    "bios",
+    "vga",
+    "cdrom",
+    "ide0",
+    "ide1",
+    "ide2",
+    "ide3",
+    "efidisk0",
+    "tpm0",
+    "serial0",
+    "onboot",
+    "startup",
+    "protection",
+    "agent",
+    "acpi",
+    "tablet",
+    "hotplug",
+    "boot",
+    "nestedvirt",
+    "hidden",
+    "tags",
+    "ciuser",
+    "sshkeys",
+    "nameserver",
+    "searchdomain",
+    "tpmstate0",
+    "description",
+];
+/// `spec.extra` key prefixes ProxOps sets itself.
+const RESERVED_EXTRA_PREFIXES: [&str; 3] = ["scsi", "net", "ipconfig"];
+
+/// A disk slot such as `scsi0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct DiskSlot {
+    /// The bus.
+    pub bus: DiskBus,
+    /// The index on that bus.
+    pub index: u32,
+}
+
+impl fmt::Display for DiskSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bus = match self.bus {
+            DiskBus::Scsi => "scsi",
+            DiskBus::Virtio => "virtio",
+            DiskBus::Sata => "sata",
+            DiskBus::Ide => "ide",
+            DiskBus::Nvme => "nvme",
+        };
+        write!(f, "{bus}{}", self.index)
+    }
+}
+
+/// `spec.disks[]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Disk {
+    /// The slot.
+    pub slot: DiskSlot,
+    /// The storage.
+    pub storage: StorageId,
+    /// Size; with `image`, the size to grow the imported disk to.
+    pub size: Option<ByteSize>,
+    /// A DiskImage to import.
+    pub image: Option<String>,
+    /// `iothread`.
+    pub iothread: Option<bool>,
+    /// `discard`.
+    pub discard: Option<Discard>,
+    /// `ssd` (never on virtio or nvme).
+    pub ssd: Option<bool>,
+    /// `aio`.
+    pub aio: Option<Aio>,
+}
+
+/// `spec.networks[]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VmNic {
+    /// N of `netN`.
+    pub slot: u32,
+    /// Model (default `virtio`).
+    pub model: String,
+    /// Bridge.
+    pub bridge: String,
+    /// Pinned MAC, lowercased.
+    pub mac: Option<String>,
+    /// VLAN tag.
+    pub vlan: Option<u16>,
+    /// Rate limit, MB/s.
+    pub rate_limit: Option<u32>,
+    /// Firewall.
+    pub firewall: Option<bool>,
+}
+
+/// `spec.hardware`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Hardware {
+    /// Machine type.
+    pub machine: Option<Machine>,
+    /// Firmware.
+    pub bios: Option<Bios>,
+    /// `vga`.
+    pub display: Option<String>,
+    /// Sockets.
+    pub sockets: Option<u32>,
+    /// NUMA.
+    pub numa: Option<bool>,
+    /// `serial0`.
+    pub serial0: Option<String>,
+    /// CD-ROM drive; `None` = not managed.
+    pub cdrom: Option<Cdrom>,
+    /// EFI disk.
+    pub efi_disk: Option<EfiDisk>,
+    /// Cloud-init drive (only when enabled).
+    pub cloud_init: Option<CloudInitDrive>,
+    /// TPM state.
+    pub tpm: Option<Tpm>,
+    /// PCI passthrough.
+    pub pci_devices: Vec<PciDevice>,
+}
+
+/// The CD-ROM drive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cdrom {
+    /// The ISO's `metadata.name`, or `None` for an empty drive (`iso: none`).
+    pub iso: Option<String>,
+    /// Media type.
+    pub media: Media,
+    /// `ide2`, or `ide3` when the cloud-init drive takes `ide2`.
+    pub slot: DiskSlot,
+}
+
+/// `hardware.efi-disk`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EfiDisk {
+    /// Storage.
+    pub storage: StorageId,
+    /// Size (default 4 MiB).
+    pub size: ByteSize,
+    /// `efitype`.
+    pub template: Option<EfiTemplate>,
+    /// `pre-enrolled-keys`.
+    pub secure_boot: Option<SecureBoot>,
+}
+
+/// `hardware.cloud-init` when enabled; it takes `ide2`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CloudInitDrive {
+    /// Storage.
+    pub storage: StorageId,
+    /// Size (default 4M).
+    pub size: ByteSize,
+}
+
+/// `hardware.tpm` → `tpmstate0`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tpm {
+    /// Storage.
+    pub storage: StorageId,
+    /// Version (default v2.0).
+    pub version: TpmVersion,
+}
+
+/// `hardware.pci-devices[]` → `hostpciN`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PciDevice {
+    /// N of `hostpciN`.
+    pub slot: u32,
+    /// PCI address, lowercased.
+    pub device: String,
+    /// `pcie`.
+    pub pcie: Option<bool>,
+}
+
+/// `spec.options`; every `None` is left as PVE has it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct VmOptions {
+    /// `onboot`.
+    pub onboot: Option<bool>,
+    /// `startup`.
+    pub startup: Option<String>,
+    /// `protection`.
+    pub protection: Option<bool>,
+    /// `agent`.
+    pub agent: Option<bool>,
+    /// `acpi`.
+    pub acpi: Option<bool>,
+    /// `tablet`.
+    pub tablet: Option<bool>,
+    /// `hotplug`.
+    pub hotplug: Option<Vec<String>>,
+    /// `boot=order=`.
+    pub boot_order: Option<Vec<String>>,
+    /// `cpu: hidden=`.
+    pub hidden: Option<bool>,
+    /// Accepted, never sent.
+    pub nested_virt: Option<bool>,
+}
+
+/// `spec.cloud-init-data`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct CloudInitData {
+    /// `ciuser`.
+    pub ci_user: Option<String>,
+    /// `sshkeys`.
+    pub ssh_keys: SshKeys,
+    /// Names in the cluster's SOPS document (`cloud-init.ssh-keys.<name>`).
+    pub ssh_key_refs: Vec<String>,
+    /// `cloud-init.passwords.<name>`.
+    pub ci_password_ref: Option<String>,
+    /// `nameserver`.
+    pub nameservers: Vec<String>,
+    /// `searchdomain`.
+    pub search_domains: Vec<String>,
+    /// `ipconfigN`.
+    pub ipconfigs: Vec<IpConfig>,
+}
+
+/// Who owns a VM's SSH keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub enum SshKeys {
+    /// Not set: ProxOps neither writes nor compares them.
+    #[default]
+    Unmanaged,
+    /// `["*"]`: PVE owns them.
+    Pve,
+    /// These keys, deduplicated in order.
+    Keys(Vec<String>),
+}
+
+/// `cloud-init-data.ipconfigs[]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IpConfig {
+    /// N of `ipconfigN`.
+    pub nic: u32,
+    /// Address.
+    pub ip: Option<IpAssignment>,
+    /// Gateway (only with a static address).
+    pub gateway: Option<IpAddr>,
+}
+
+/// How an interface gets its address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum IpAssignment {
+    /// DHCP.
+    Dhcp,
+    /// A static address in CIDR notation.
+    Static(String),
+}
+
+/// Checks a VM or TemplateVM spec.
+pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVmSpec) -> Checked {
+    let mut references = Vec::new();
+    let node = check_node(ck, raw.node.as_ref());
+    let vmid = check_vmid(ck, raw.vmid);
+    let state = check_state(ck, kind, raw.state);
+    let memory = ck
+        .required(&raw.memory, "spec.memory")
+        .and_then(|m| check_mib(ck, "spec.memory", m, false));
+    let cpu = check_cpu(ck, raw);
+
+    let hardware_raw = raw.hardware.clone().unwrap_or_default();
+    let cloud_init_enabled = hardware_raw
+        .cloud_init
+        .as_ref()
+        .and_then(|c| c.enabled)
+        .unwrap_or(false);
+    let mut slots = Slots::default();
+    if cloud_init_enabled {
+        slots.claim(
+            ck,
+            "ide2",
+            "spec.hardware.cloud-init",
+            "spec.hardware.cloud-init",
+            "drive",
+        );
+    }
+    let cdrom_slot = DiskSlot {
+        bus: DiskBus::Ide,
+        index: if cloud_init_enabled { 3 } else { 2 },
+    };
+    if hardware_raw.cdrom.is_some() {
+        slots.claim(
+            ck,
+            &cdrom_slot.to_string(),
+            "spec.hardware.cdrom",
+            "spec.hardware.cdrom",
+            "drive",
+        );
+    }
+    let (disks, scsihw) = check_disks(ck, raw, &mut slots, &mut references);
+    let networks = check_nics(ck, raw.networks.as_deref().unwrap_or_default());
+    let hardware = check_hardware(ck, &hardware_raw, cdrom_slot, &mut references);
+    let options = check_options(ck, raw.options.as_ref());
+    let cloud_init_data = check_cloud_init_data(ck, raw.cloud_init_data.as_ref());
+
+    let pve_name = match &raw.pve_name {
+        Some(n) if is_dns_name(n) => Some(n.clone()),
+        Some(n) => {
+            if !ck.reported("spec.pve-name") {
+                ck.error_help(
+                    "spec.pve-name",
+                    format!("`{n}` is not a valid PVE guest name"),
+                    "PVE names are DNS names: letters, digits, `-` and `.`",
+                );
+            }
+            None
+        }
+        None => Some(name.to_owned()),
+    };
+    let tags = check_tags(ck, raw.tags.as_ref());
+    let extra = check_extra(
+        ck,
+        raw.extra.as_ref(),
+        &RESERVED_EXTRA,
+        &RESERVED_EXTRA_PREFIXES,
+    );
+    let clone = raw.clone.as_ref().and_then(|c| {
+        references.extend(reference(ck, "spec.clone", c, Kind::TemplateVm));
+        Some(c.clone())
+    });
+
+    references.sort_by_key(|r: &Reference| r.location);
+    let spec = (|| {
+        Some(Spec::Vm(Box::new(VmSpec {
+            node: node?,
+            vmid: vmid?,
+            state,
+            memory: memory?,
+            cpu: cpu?,
+            disks: disks?,
+            scsihw,
+            networks: networks?,
+            hardware: hardware?,
+            options: options?,
+            cloud_init_data: cloud_init_data?,
+            pve_name: pve_name?,
+            pve_description: raw.pve_description.clone(),
+            tags: tags?,
+            extra: extra?,
+            clone,
+        })))
+    })();
+    Checked {
+        spec,
+        placement: placement(ck, raw.node.as_ref(), raw.vmid),
+        references,
+    }
+}
+
+/// A DNS name as PVE's `name` wants it.
+fn is_dns_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+fn check_cpu(ck: &mut Checker<'_>, raw: &RawVmSpec) -> Option<VmCpu> {
+    let cpu = ck.required(&raw.cpu, "spec.cpu")?;
+    let cpu_type = ck.required(&cpu.cpu_type, "spec.cpu.type").cloned();
+    let cores = ck.required(&cpu.cores, "spec.cpu.cores").copied();
+    if cores == Some(0) && !ck.reported("spec.cpu.cores") {
+        ck.error_help(
+            "spec.cpu.cores",
+            "cores must be at least 1",
+            "give the number of cores, e.g. `cores: 2`",
+        );
+        return None;
+    }
+    Some(VmCpu {
+        cpu_type: cpu_type?,
+        cores: cores?,
+        flags: cpu.flags.clone().unwrap_or_default(),
+    })
+}
+
+fn check_disks(
+    ck: &mut Checker<'_>,
+    raw: &RawVmSpec,
+    slots: &mut Slots,
+    references: &mut Vec<Reference>,
+) -> (Option<Vec<Disk>>, Option<String>) {
+    let list: &[RawDisk] = raw.disks.as_deref().unwrap_or_default();
+    if raw.clone.is_some() && !list.is_empty() {
+        ck.error_help(
+            "spec.disks",
+            "`clone` and `disks` are both set",
+            "a clone takes its disks from the template; remove `disks`",
+        );
+        return (None, None);
+    }
+    if raw.clone.is_none() && list.is_empty() && !ck.reported("spec.disks") {
+        if raw.disks.is_none() {
+            ck.missing(
+                "spec.disks",
+                Some("add at least one disk, or `clone` a TemplateVM".to_owned()),
+            );
+        } else {
+            ck.error_help(
+                "spec.disks",
+                "no disks",
+                "add at least one disk, or `clone` a TemplateVM",
+            );
+        }
+        return (None, None);
+    }
+    let mut disks = Vec::with_capacity(list.len());
+    let mut ok = true;
+    let mut scsihw: Option<(String, String)> = None;
+    for (i, d) in list.iter().enumerate() {
+        let at = format!("spec.disks[{i}]");
+        let storage = check_storage(ck, &format!("{at}.storage"), d.storage.as_ref());
+        let size = match (&d.size, &d.image) {
+            (None, None) => {
+                ck.missing(
+                    &format!("{at}.size"),
+                    Some("give a `size`, or an `image` to import".to_owned()),
+                );
+                None
+            }
+            (None, Some(_)) => Some(None),
+            (Some(s), _) => check_size(ck, &format!("{at}.size"), s).map(Some),
+        };
+        if let Some(image) = &d.image {
+            references.extend(reference(
+                ck,
+                &format!("{at}.image"),
+                image,
+                Kind::DiskImage,
+            ));
+        }
+        let slot_field = format!("{at}.interface");
+        let slot_text = d.interface.clone().unwrap_or_else(|| format!("scsi{i}"));
+        let slot = match parse_slot(&slot_text, &DISK_SLOTS) {
+            _ if ck.reported(&slot_field) => None,
+            Some((prefix, index)) => {
+                let bus = match prefix {
+                    "scsi" => DiskBus::Scsi,
+                    "virtio" => DiskBus::Virtio,
+                    "sata" => DiskBus::Sata,
+                    "ide" => DiskBus::Ide,
+                    _ => DiskBus::Nvme,
+                };
+                let field = if d.interface.is_some() {
+                    slot_field.clone()
+                } else {
+                    at.clone()
+                };
+                let slot = DiskSlot { bus, index };
+                slots
+                    .claim(ck, &slot.to_string(), &at, &field, "disk")
+                    .then_some(slot)
+            }
+            None => {
+                ck.error_help(
+                    &slot_field,
+                    format!("`{slot_text}` is not a disk slot"),
+                    format!("disk slots are {}", slot_ranges(&DISK_SLOTS)),
+                );
+                None
+            }
+        };
+        if let (Some(slot), Some(_)) = (slot, d.ssd)
+            && matches!(slot.bus, DiskBus::Virtio | DiskBus::Nvme)
+            && !ck.reported(&format!("{at}.ssd"))
+        {
+            ck.error_help(
+                &format!("{at}.ssd"),
+                format!(
+                    "`ssd` is not available on {} disks",
+                    slot.to_string().trim_end_matches(char::is_numeric)
+                ),
+                "remove `ssd`, or use a scsi or sata slot",
+            );
+            ok = false;
+        }
+        if let Some(controller) = &d.controller {
+            let field = format!("{at}.controller");
+            if !CONTROLLERS.contains(&controller.as_str()) {
+                let help = match did_you_mean(controller, &CONTROLLERS) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => format!("expected one of {}", one_of(&CONTROLLERS)),
+                };
+                ck.error_help(
+                    &field,
+                    format!("unknown SCSI controller `{controller}`"),
+                    help,
+                );
+                ok = false;
+            } else if let Some((first, first_field)) = &scsihw {
+                if first != controller {
+                    ck.error_help(&field, format!("controller `{controller}` conflicts with `{first}` set by `{first_field}`"), "the controller is VM-wide; set it on one disk only");
+                    ok = false;
+                }
+            } else {
+                scsihw = Some((controller.clone(), field));
+            }
+        }
+        match (storage, size, slot) {
+            (Some(storage), Some(size), Some(slot)) => disks.push(Disk {
+                slot,
+                storage,
+                size,
+                image: d.image.clone(),
+                iothread: d.iothread,
+                discard: d.discard,
+                ssd: d.ssd,
+                aio: d.aio,
+            }),
+            _ => ok = false,
+        }
+    }
+    (ok.then_some(disks), scsihw.map(|(c, _)| c))
+}
+
+fn check_nics(ck: &mut Checker<'_>, list: &[RawVmNic]) -> Option<Vec<VmNic>> {
+    let mut nics = Vec::with_capacity(list.len());
+    let mut slots = Slots::default();
+    let mut ok = true;
+    for (i, n) in list.iter().enumerate() {
+        let at = format!("spec.networks[{i}]");
+        let bridge = ck.required(&n.bridge, &format!("{at}.bridge")).cloned();
+        let model = n.model.clone().unwrap_or_else(|| "virtio".to_owned());
+        let model_ok = NIC_MODELS.contains(&model.as_str()) || ck.reported(&format!("{at}.model"));
+        if !model_ok {
+            let help = match did_you_mean(&model, &NIC_MODELS) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("expected one of {}", one_of(&NIC_MODELS)),
+            };
+            ck.error_help(
+                &format!("{at}.model"),
+                format!("unknown NIC model `{model}`"),
+                help,
+            );
+        }
+        let mac = match &n.mac {
+            None => Some(None),
+            Some(m) => check_mac(ck, &format!("{at}.mac"), m).map(Some),
+        };
+        let vlan = check_vlan(ck, &format!("{at}.vlan"), n.vlan);
+        let slot = nic_slot(ck, &mut slots, &at, n.slot.as_deref(), i);
+        match (bridge, mac, vlan, slot) {
+            (Some(bridge), Some(mac), Some(vlan), Some(slot)) if model_ok => nics.push(VmNic {
+                slot,
+                model,
+                bridge,
+                mac,
+                vlan,
+                rate_limit: n.rate_limit,
+                firewall: n.firewall,
+            }),
+            _ => ok = false,
+        }
+    }
+    ok.then_some(nics)
+}
+
+/// A NIC's `netN` slot (default `net<index>`), unique in the guest.
+pub(crate) fn nic_slot(
+    ck: &mut Checker<'_>,
+    slots: &mut Slots,
+    at: &str,
+    raw: Option<&str>,
+    i: usize,
+) -> Option<u32> {
+    let field = format!("{at}.slot");
+    if ck.reported(&field) {
+        return None;
+    }
+    let text = raw.map_or_else(|| format!("net{i}"), str::to_owned);
+    match parse_slot(&text, &NIC_SLOTS) {
+        Some((_, n)) => {
+            let value_field = if raw.is_some() { field } else { at.to_owned() };
+            slots
+                .claim(ck, &text, at, &value_field, "network interface")
+                .then_some(n)
+        }
+        None => {
+            ck.error_help(
+                &field,
+                format!("`{text}` is not a network slot"),
+                format!("network slots are {}", slot_ranges(&NIC_SLOTS)),
+            );
+            None
+        }
+    }
+}
+
+fn check_hardware(
+    ck: &mut Checker<'_>,
+    raw: &RawHardware,
+    cdrom_slot: DiskSlot,
+    references: &mut Vec<Reference>,
+) -> Option<Hardware> {
+    let mut ok = true;
+    if raw.sockets == Some(0) && !ck.reported("spec.hardware.sockets") {
+        ck.error_help(
+            "spec.hardware.sockets",
+            "sockets must be at least 1",
+            "leave `sockets` out for PVE's default of 1",
+        );
+        ok = false;
+    }
+    let cdrom = match &raw.cdrom {
+        None => Some(None),
+        Some(c) => match ck.required(&c.iso, "spec.hardware.cdrom.iso") {
+            None => None,
+            Some(iso) if iso == "none" => Some(Some(Cdrom {
+                iso: None,
+                media: c.media.unwrap_or(Media::Cdrom),
+                slot: cdrom_slot,
+            })),
+            Some(iso) => {
+                let r = reference(ck, "spec.hardware.cdrom.iso", iso, Kind::Iso);
+                let ok = r.is_some();
+                references.extend(r);
+                ok.then(|| {
+                    Some(Cdrom {
+                        iso: Some(iso.clone()),
+                        media: c.media.unwrap_or(Media::Cdrom),
+                        slot: cdrom_slot,
+                    })
+                })
+            }
+        },
+    };
+    let efi_disk = match &raw.efi_disk {
+        None => Some(None),
+        Some(e) => {
+            let storage = check_storage(ck, "spec.hardware.efi-disk.storage", e.storage.as_ref());
+            let size = match &e.size {
+                None => Some(ByteSize::from_mib(4)),
+                Some(s) => check_size(ck, "spec.hardware.efi-disk.size", s),
+            };
+            (|| {
+                Some(Some(EfiDisk {
+                    storage: storage?,
+                    size: size?,
+                    template: e.template,
+                    secure_boot: e.secure_boot,
+                }))
+            })()
+        }
+    };
+    let cloud_init = match &raw.cloud_init {
+        Some(c) if c.enabled == Some(true) => {
+            let storage = match &c.storage {
+                None => {
+                    ck.missing(
+                        "spec.hardware.cloud-init.storage",
+                        Some("a cloud-init drive needs a storage with `images` content".to_owned()),
+                    );
+                    None
+                }
+                Some(_) => {
+                    check_storage(ck, "spec.hardware.cloud-init.storage", c.storage.as_ref())
+                }
+            };
+            let size = match &c.size {
+                None => ByteSize::parse("4M").ok(),
+                Some(s) => check_size(ck, "spec.hardware.cloud-init.size", s),
+            };
+            (|| {
+                Some(Some(CloudInitDrive {
+                    storage: storage?,
+                    size: size?,
+                }))
+            })()
+        }
+        _ => Some(None),
+    };
+    let tpm = match &raw.tpm {
+        None => Some(None),
+        Some(t) => {
+            check_storage(ck, "spec.hardware.tpm.storage", t.storage.as_ref()).map(|storage| {
+                Some(Tpm {
+                    storage,
+                    version: t.version.unwrap_or(TpmVersion::V20),
+                })
+            })
+        }
+    };
+    let mut pci_devices = Vec::new();
+    let mut slots = Slots::default();
+    for (i, p) in raw.pci_devices.iter().flatten().enumerate() {
+        let at = format!("spec.hardware.pci-devices[{i}]");
+        let slot = ck.required(&p.slot, &format!("{at}.slot")).and_then(|s| {
+            let field = format!("{at}.slot");
+            if ck.reported(&field) {
+                return None;
+            }
+            match parse_slot(s, &PCI_SLOTS) {
+                Some((_, n)) => slots.claim(ck, s, &at, &field, "PCI device").then_some(n),
+                None => {
+                    ck.error_help(
+                        &field,
+                        format!("`{s}` is not a PCI passthrough slot"),
+                        format!("PCI slots are {}", slot_ranges(&PCI_SLOTS)),
+                    );
+                    None
+                }
+            }
+        });
+        let device = ck
+            .required(&p.device, &format!("{at}.device"))
+            .and_then(|d| {
+                let field = format!("{at}.device");
+                if is_pci_address(d) {
+                    Some(d.to_ascii_lowercase())
+                } else {
+                    if !ck.reported(&field) {
+                        ck.error_help(
+                            &field,
+                            format!("`{d}` is not a PCI address"),
+                            "write `[domain:]bus:device[.function]` in hex, e.g. `0000:01:00.0`",
+                        );
+                    }
+                    None
+                }
+            });
+        match (slot, device) {
+            (Some(slot), Some(device)) => pci_devices.push(PciDevice {
+                slot,
+                device,
+                pcie: p.pcie,
+            }),
+            _ => ok = false,
+        }
+    }
+    let hardware = Hardware {
+        machine: raw.machine,
+        bios: raw.bios,
+        display: raw.display.clone(),
+        sockets: raw.sockets,
+        numa: raw.numa,
+        serial0: raw.serial0.clone(),
+        cdrom: cdrom?,
+        efi_disk: efi_disk?,
+        cloud_init: cloud_init?,
+        tpm: tpm?,
+        pci_devices,
+    };
+    ok.then_some(hardware)
+}
+
+/// `[dddd:]bb:dd[.f]` in hex.
+fn is_pci_address(s: &str) -> bool {
+    let hex = |p: &str, min: usize, max: usize| {
+        (min..=max).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    let (main, function) = match s.split_once('.') {
+        Some((m, f)) => (m, Some(f)),
+        None => (s, None),
+    };
+    if function.is_some_and(|f| !(f.len() == 1 && matches!(f.as_bytes()[0], b'0'..=b'7'))) {
+        return false;
+    }
+    match main.split(':').collect::<Vec<_>>().as_slice() {
+        [bus, dev] => hex(bus, 2, 2) && hex(dev, 2, 2),
+        [domain, bus, dev] => hex(domain, 2, 5) && hex(bus, 2, 2) && hex(dev, 2, 2),
+        _ => false,
+    }
+}
+
+fn check_options(ck: &mut Checker<'_>, raw: Option<&RawVmOptions>) -> Option<VmOptions> {
+    let Some(o) = raw else {
+        return Some(VmOptions::default());
+    };
+    let mut ok = true;
+    if let Some(order) = &o.boot_order {
+        for (i, entry) in order.iter().enumerate() {
+            if order[..i].contains(entry) {
+                ck.error_help(
+                    &format!("spec.options.boot-order[{i}]"),
+                    format!("`{entry}` appears twice in the boot order"),
+                    "list each device once",
+                );
+                ok = false;
+            }
+        }
+    }
+    ok.then(|| VmOptions {
+        onboot: o.onboot,
+        startup: o.startup.clone(),
+        protection: o.protection,
+        agent: o.agent,
+        acpi: o.acpi,
+        tablet: o.tablet,
+        hotplug: o.hotplug.clone(),
+        boot_order: o.boot_order.clone(),
+        hidden: o.hidden,
+        nested_virt: o.nested_virt,
+    })
+}
+
+/// A SOPS reference `<prefix><name>` with a name of `[a-z0-9-]`, at most 64, no leading `-`.
+pub(crate) fn is_secret_ref(s: &str, prefix: &str) -> bool {
+    s.strip_prefix(prefix).is_some_and(|name| {
+        !name.is_empty()
+            && name.len() <= 64
+            && !name.starts_with('-')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    })
+}
+
+fn check_cloud_init_data(
+    ck: &mut Checker<'_>,
+    raw: Option<&RawCloudInitData>,
+) -> Option<CloudInitData> {
+    let Some(c) = raw else {
+        return Some(CloudInitData::default());
+    };
+    let mut ok = true;
+    let keys = c.ssh_keys.clone().unwrap_or_default();
+    let refs = c.ssh_key_refs.clone().unwrap_or_default();
+    let ssh_keys = if keys.is_empty() {
+        SshKeys::Unmanaged
+    } else if keys.iter().any(|k| k == "*") {
+        if keys.iter().any(|k| k != "*") {
+            ck.error_help(
+                "spec.cloud-init-data.ssh-keys",
+                "`*` is mixed with keys",
+                "`[\"*\"]` alone leaves the keys to PVE; otherwise list only keys",
+            );
+            ok = false;
+        }
+        SshKeys::Pve
+    } else {
+        let mut unique: Vec<String> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let key = key.trim();
+            if key.split_whitespace().count() < 2 {
+                ck.error_help(&format!("spec.cloud-init-data.ssh-keys[{i}]"), "not an OpenSSH public key", "write a key line as in `authorized_keys`, e.g. `ssh-ed25519 AAAA... user@host`");
+                ok = false;
+            } else if !unique.iter().any(|k| k == key) {
+                unique.push(key.to_owned());
+            }
+        }
+        SshKeys::Keys(unique)
+    };
+    if !keys.is_empty() && !refs.is_empty() {
+        ck.error_at_key(
+            "spec.cloud-init-data.ssh-key-refs",
+            "`ssh-keys` and `ssh-key-refs` are both set",
+            "use one of them: inline keys or references to the cluster's SOPS document",
+        );
+        ok = false;
+    }
+    for (i, r) in refs.iter().enumerate() {
+        if !is_secret_ref(r, "cloud-init.ssh-keys.") {
+            ck.error_help(&format!("spec.cloud-init-data.ssh-key-refs[{i}]"), format!("`{r}` is not an SSH key reference"), "write `cloud-init.ssh-keys.<name>`, the name being lowercase letters, digits and `-`");
+            ok = false;
+        }
+    }
+    if let Some(r) = &c.ci_password_ref
+        && !is_secret_ref(r, "cloud-init.passwords.")
+    {
+        ck.error_help(
+            "spec.cloud-init-data.ci-password-ref",
+            format!("`{r}` is not a password reference"),
+            "write `cloud-init.passwords.<name>`, the name being lowercase letters, digits and `-`",
+        );
+        ok = false;
+    }
+    let mut ipconfigs: Vec<IpConfig> = Vec::new();
+    for (i, ipc) in c.ipconfigs.iter().flatten().enumerate() {
+        let at = format!("spec.cloud-init-data.ipconfigs[{i}]");
+        let nic = ipc.nic.unwrap_or(0);
+        if nic > 31 {
+            ck.error_help(
+                &format!("{at}.nic"),
+                format!("nic {nic} is outside 0..=31"),
+                "`nic` is the N of `netN`",
+            );
+            ok = false;
+            continue;
+        }
+        if ipconfigs.iter().any(|c| c.nic == nic) {
+            ck.error_help(
+                &format!("{at}.nic"),
+                format!("nic {nic} already has an ipconfig"),
+                "give each NIC one entry",
+            );
+            ok = false;
+            continue;
+        }
+        let ip = match ipc.ip.as_deref() {
+            None => None,
+            Some("dhcp") => Some(IpAssignment::Dhcp),
+            Some(cidr) if is_cidr(cidr) => Some(IpAssignment::Static(cidr.to_owned())),
+            Some(other) => {
+                ck.error_help(
+                    &format!("{at}.ip"),
+                    format!("`{other}` is not an address with a prefix length, nor `dhcp`"),
+                    "write e.g. `10.0.0.5/24`, or `dhcp`",
+                );
+                ok = false;
+                continue;
+            }
+        };
+        let gateway = match (&ipc.gateway, &ip) {
+            (None, _) => None,
+            (Some(_), None) => {
+                ck.error_help(
+                    &format!("{at}.gateway"),
+                    "gateway without ip",
+                    "add a static `ip` for this NIC, or remove `gateway`",
+                );
+                ok = false;
+                continue;
+            }
+            (Some(_), Some(IpAssignment::Dhcp)) => {
+                ck.error_help(
+                    &format!("{at}.gateway"),
+                    "gateway with `ip: dhcp`",
+                    "DHCP provides the gateway; remove `gateway`",
+                );
+                ok = false;
+                continue;
+            }
+            (Some(g), Some(IpAssignment::Static(_))) => match g.parse::<IpAddr>() {
+                Ok(g) => Some(g),
+                Err(_) => {
+                    ck.error_help(
+                        &format!("{at}.gateway"),
+                        format!("`{g}` is not an IP address"),
+                        "write e.g. `10.0.0.1`",
+                    );
+                    ok = false;
+                    continue;
+                }
+            },
+        };
+        ipconfigs.push(IpConfig { nic, ip, gateway });
+    }
+    ok.then(|| CloudInitData {
+        ci_user: c.ci_user.clone(),
+        ssh_keys,
+        ssh_key_refs: refs,
+        ci_password_ref: c.ci_password_ref.clone(),
+        nameservers: c.nameservers.clone().unwrap_or_default(),
+        search_domains: c.search_domains.clone().unwrap_or_default(),
+        ipconfigs,
+    })
+}
