@@ -222,6 +222,8 @@ impl PveClient {
             .connect_timeout(config.timeout.connect)
             .timeout(config.timeout.request)
             .user_agent(concat!("proxops/", env!("CARGO_PKG_VERSION")))
+            // PVE never redirects; not following keeps the token on the configured host.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|source| PveError::ClientBuild { source })?;
         Ok(Self {

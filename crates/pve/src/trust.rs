@@ -252,6 +252,37 @@ mod tests {
     }
 
     #[test]
+    fn insecure_mode_warns_every_time_a_config_is_built() {
+        use std::sync::{Arc, Mutex};
+
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tls_config(&Trust::Insecure).unwrap();
+            tls_config(&Trust::Insecure).unwrap();
+            tls_config(&Trust::Fingerprint(PIN.into())).unwrap();
+        });
+        let logs = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(logs.matches("WARN").count(), 2, "{logs}");
+        assert!(logs.contains("verification is disabled"));
+    }
+
+    #[test]
     fn pin_and_insecure_modes_build() {
         assert!(tls_config(&Trust::Fingerprint(PIN.into())).is_ok());
         assert!(tls_config(&Trust::Insecure).is_ok());
