@@ -310,6 +310,7 @@ impl PveClient {
             .bytes()
             .await
             .map_err(|e| self.transport_error(req, e))?;
+        tracing::debug!(request = %req, status = status.as_u16(), "pve answered");
         if !status.is_success() {
             let (message, errors) = decode_error_body(&body);
             return Err(PveError::Api {
