@@ -152,3 +152,214 @@ fn read_kind(ck: &mut Checker<'_>) -> Option<Kind> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use crate::manifest::testing::{assert_errors, doc, errors, parse};
+
+    const ISO_SPEC: &str =
+        "  nodes: [pve1]\n  storage: local\n  filename: a.iso\n  url: https://x.org/a.iso\n";
+
+    #[test]
+    fn an_api_version_other_than_v1alpha1_is_an_error() {
+        let yaml = doc("ISO", "a", ISO_SPEC).replace("proxops/v1alpha1", "proxops/v1");
+        assert_errors(
+            &yaml,
+            &[
+                "test.yaml:1:13: error: apiVersion: unsupported apiVersion `proxops/v1`\n  help: write `apiVersion: proxops/v1alpha1`",
+            ],
+        );
+    }
+
+    #[test]
+    fn an_unknown_kind_lists_the_accepted_ones() {
+        assert_errors(
+            &doc("Containr", "a", ISO_SPEC),
+            &[
+                "test.yaml:2:7: error: kind: unknown kind `Containr`\n  help: expected one of VM, LXC, ISO, CTTemplate, DiskImage, TemplateVM, TemplateCT (case-insensitive; aliases CTT, DISK, TVM, TEMPLATE, TCT)",
+            ],
+        );
+    }
+
+    #[test]
+    fn kinds_are_case_insensitive_with_aliases() {
+        for kind in ["iso", "Iso", "ISO"] {
+            assert_eq!(parse(&doc(kind, "a", ISO_SPEC)).resources.len(), 1);
+        }
+        let disk = doc("disk", "a", &ISO_SPEC.replace("a.iso\n", "a.qcow2\n"));
+        assert_eq!(parse(&disk).resources[0].id.to_string(), "DiskImage/a");
+    }
+
+    #[test]
+    fn invalid_metadata_names_are_errors_with_a_suggestion() {
+        assert_errors(
+            &doc("ISO", "Web_1", ISO_SPEC),
+            &[
+                "test.yaml:4:9: error: metadata.name: `Web_1` is not a valid name\n  help: names are lowercase letters, digits and single hyphens, starting and ending with a letter or digit, e.g. `web-1`",
+            ],
+        );
+        let long = "a".repeat(65);
+        assert!(errors(&doc("ISO", &long, ISO_SPEC))[0].contains("is longer than 64 characters"));
+    }
+
+    #[test]
+    fn depends_on_becomes_explicit_references() {
+        let yaml = doc("ISO", "a", ISO_SPEC).replace(
+            "  name: a\n",
+            "  name: a\n  annotations:\n    proxops/depends-on: 'lxc:db-1,TVM:tpl , ctt:debian'\n",
+        );
+        let file = parse(&yaml);
+        assert!(file.diagnostics.is_empty(), "{:?}", file.diagnostics);
+        let targets: Vec<String> = file.resources[0]
+            .references
+            .iter()
+            .map(|r| r.target.to_string())
+            .collect();
+        assert_eq!(targets, ["LXC/db-1", "TemplateVM/tpl", "CTTemplate/debian"]);
+        assert!(
+            file.resources[0]
+                .references
+                .iter()
+                .all(|r| r.explicit && r.location.line == 6)
+        );
+    }
+
+    #[test]
+    fn depends_on_with_bad_syntax_or_unknown_kinds_is_an_error() {
+        let yaml = doc("ISO", "a", ISO_SPEC).replace(
+            "  name: a\n",
+            "  name: a\n  annotations:\n    proxops/depends-on: 'db-1,Pod:x,,LXC:'\n",
+        );
+        assert_errors(
+            &yaml,
+            &[
+                "test.yaml:6:25: error: metadata.annotations.proxops/depends-on: `LXC:` has no name\n  help: write `Kind:name` entries separated by commas, e.g. `ISO:netinst,LXC:db-1`",
+                "test.yaml:6:25: error: metadata.annotations.proxops/depends-on: `db-1` is not `Kind:name`\n  help: write `Kind:name` entries separated by commas, e.g. `ISO:netinst,LXC:db-1`",
+                "test.yaml:6:25: error: metadata.annotations.proxops/depends-on: empty entry\n  help: write `Kind:name` entries separated by commas, e.g. `ISO:netinst,LXC:db-1`",
+                "test.yaml:6:25: error: metadata.annotations.proxops/depends-on: unknown kind `Pod` in `Pod:x`\n  help: expected one of VM, LXC, ISO, CTTemplate, DiskImage, TemplateVM, TemplateCT (case-insensitive; aliases CTT, DISK, TVM, TEMPLATE, TCT)",
+            ],
+        );
+    }
+
+    #[test]
+    fn unknown_proxops_annotations_and_bad_values_are_errors() {
+        let yaml = doc("ISO", "a", ISO_SPEC).replace(
+            "  name: a\n",
+            "  name: a\n  annotations:\n    proxops/depends_on: x\n    proxops/drift: ignore\n    example.com/owner: me\n",
+        );
+        assert_errors(
+            &yaml,
+            &[
+                "test.yaml:6:5: error: metadata.annotations.proxops/depends_on: unknown annotation `proxops/depends_on`\n  help: did you mean `proxops/depends-on`?",
+                "test.yaml:7:20: error: metadata.annotations.proxops/drift: `ignore` is not a value of `proxops/drift`\n  help: expected one of `report`, `correct`",
+            ],
+        );
+    }
+
+    #[test]
+    fn several_documents_are_read_and_empty_ones_skipped() {
+        let yaml = format!(
+            "---\n{}\n---\n\n---\n{}",
+            doc("ISO", "a", ISO_SPEC),
+            doc("ISO", "b", ISO_SPEC)
+        );
+        let file = parse(&yaml);
+        assert!(file.diagnostics.is_empty(), "{:?}", file.diagnostics);
+        assert_eq!(file.resources.len(), 2);
+        assert_eq!(file.resources[1].location.line, 18);
+    }
+
+    #[test]
+    fn problems_in_every_document_are_reported() {
+        let yaml = format!(
+            "{}---\n{}",
+            doc("ISO", "A", ISO_SPEC),
+            doc("ISO", "b", "  nodes: [pve1]\n")
+        );
+        let e = errors(&yaml);
+        assert_eq!(e.len(), 4, "{e:#?}");
+        assert!(e[0].starts_with("test.yaml:4:9: error: metadata.name"));
+        assert!(
+            e[1].starts_with("test.yaml:15:1: error: spec.filename: missing required field"),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn a_yaml_syntax_error_is_located_and_other_documents_still_parse() {
+        let yaml = format!("apiVersion: [\n---\n{}", doc("ISO", "b", ISO_SPEC));
+        let file = parse(&yaml);
+        assert_eq!(file.resources.len(), 1);
+        assert_eq!(file.diagnostics.len(), 1);
+        let d = &file.diagnostics[0];
+        assert!(d.message.starts_with("invalid YAML: "), "{d}");
+        assert!(d.line == 2 || d.line == 1, "{d}");
+    }
+
+    #[test]
+    fn a_document_that_is_not_a_mapping_is_an_error() {
+        assert_errors(
+            "- a\n- b\n",
+            &[
+                "test.yaml:1:1: error: expected a manifest (a mapping), found a list\n  help: a manifest has `apiVersion`, `kind`, `metadata` and `spec`",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_billion_laughs_document_is_refused_quickly() {
+        let mut yaml = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (i, prev) in ('b'..='j').zip('a'..='i') {
+            yaml.push_str(&format!("{i}: &{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        let start = Instant::now();
+        let e = errors(&yaml);
+        assert!(
+            start.elapsed().as_millis() < 500,
+            "took {:?}",
+            start.elapsed()
+        );
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].contains(
+                "error: document too large: more than 20000 YAML nodes after expanding aliases"
+            ),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn deeply_nested_documents_are_refused_quickly() {
+        for yaml in [
+            "[".repeat(10_000),
+            "- ".repeat(10_000) + "x",
+            "{a: ".repeat(10_000),
+        ] {
+            let start = Instant::now();
+            let e = errors(&yaml);
+            assert!(
+                start.elapsed().as_millis() < 1000,
+                "took {:?}",
+                start.elapsed()
+            );
+            assert_eq!(e.len(), 1, "{e:#?}");
+            assert!(
+                e[0].contains("nesting deeper than 32 levels") || e[0].contains("invalid YAML"),
+                "{e:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_reported() {
+        let yaml = doc("ISO", "a", &format!("{ISO_SPEC}  storage: other\n"));
+        assert_errors(
+            &yaml,
+            &[
+                "test.yaml:10:3: error: duplicate key `storage`\n  help: a key may appear once per mapping; remove one of them",
+            ],
+        );
+    }
+}

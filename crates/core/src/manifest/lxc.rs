@@ -548,3 +548,177 @@ fn check_nics(ck: &mut Checker<'_>, list: &[RawLxcNic]) -> Option<Vec<LxcNic>> {
     }
     ok.then_some(nics)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::testing::{assert_errors, doc, errors, spec, valid};
+
+    /// An LXC using every key of the format.
+    pub(crate) const FULL_LXC: &str = r#"apiVersion: proxops/v1alpha1
+kind: LXC
+metadata:
+  name: db-1
+  labels: {team: data}
+spec:
+  node: pve2
+  vmid: 201
+  state: stopped
+  template: debian-13
+  memory: 1GiB
+  swap: 512MiB
+  cpu: {cores: 2, units: 1024}
+  root: {storage: local-lvm, size: 8GiB}
+  mount-points:
+    - storage: local-lvm
+      size: 16GiB
+      mount-point: /var/lib/postgresql
+      slot: mp0
+      options: {read-only: false, backup: true, acl: true, quota: false, shared: false, mount-options: noatime}
+  bind-mounts:
+    - {host-path: /tank/backups, mount-point: /backups, read-only: true}
+  networks:
+    - {bridge: vmbr0, iface: eth0, type: veth, tag: 20, hwaddr: "BC:24:11:00:00:02", rate-limit: 50, firewall: true, ip: 10.0.0.20/24, gw: 10.0.0.1, slot: net0}
+    - {bridge: vmbr1, ip: dhcp}
+  dns: {hostname: db-1.lab, nameservers: [10.0.0.1], domain: lab.example}
+  arch: amd64
+  options: {unprivileged: true, protection: false, onboot: true, console: true, nesting: true, keyctl: false, fuse: false, startup: "order=2", ttys: 2}
+  pve-description: database
+  tags: [db]
+  extra: {cmode: tty}
+"#;
+
+    fn lxc(spec: &str) -> String {
+        doc("LXC", "db-1", spec)
+    }
+
+    const BASE: &str = "  node: pve1\n  vmid: 201\n  template: debian-13\n  memory: 1GiB\n  cpu: {cores: 1}\n  root: {storage: local, size: 8G}\n";
+
+    #[test]
+    fn a_full_lxc_validates_with_defaults_and_a_template_reference() {
+        let r = valid(FULL_LXC);
+        assert_eq!(r.references.len(), 1);
+        assert_eq!(r.references[0].target.to_string(), "CTTemplate/debian-13");
+        assert_eq!(r.references[0].field, "spec.template");
+        let Some(Spec::Lxc(c)) = r.spec else { panic!() };
+        assert_eq!(c.swap.map(Mebibytes::get), Some(512));
+        assert_eq!(
+            c.bind_mounts[0].slot, 1,
+            "bind mounts continue after mount points"
+        );
+        assert_eq!(c.networks[1].iface, "net1");
+        assert_eq!(c.networks[0].hwaddr.as_deref(), Some("bc:24:11:00:00:02"));
+        assert_eq!(c.options.nesting, Some(true));
+        assert_eq!(c.options.protection, Some(false));
+        assert_eq!(c.root.size.to_gib_string(), "8");
+    }
+
+    #[test]
+    fn a_minimal_lxc_gets_its_hostname_from_the_name() {
+        let Spec::Lxc(c) = spec(&lxc(BASE)) else {
+            panic!()
+        };
+        assert_eq!(c.dns.hostname, "db-1");
+        assert_eq!(c.state, PowerState::Started);
+        assert_eq!(c.options, LxcOptions::default());
+    }
+
+    #[test]
+    fn swap_must_be_whole_mib_and_zero_is_allowed() {
+        let e = errors(&lxc(&format!("{BASE}  swap: 512M\n")));
+        assert_eq!(
+            e,
+            [
+                "test.yaml:12:9: error: spec.swap: `512M` is not a whole number of MiB: `M` is decimal (512000000 bytes)\n  help: write `512MiB` for binary units"
+            ]
+        );
+        valid(&lxc(&format!("{BASE}  swap: 0\n")));
+    }
+
+    #[test]
+    fn template_and_root_are_required() {
+        assert_errors(
+            &lxc("  node: pve1\n  vmid: 201\n  memory: 1GiB\n  cpu: {cores: 1}\n"),
+            &[
+                "test.yaml:5:1: error: spec.root: missing required field",
+                "test.yaml:5:1: error: spec.template: missing required field",
+            ],
+        );
+    }
+
+    #[test]
+    fn bind_mounts_of_system_roots_are_refused() {
+        for root in ["/", "/etc/", "//var", "/lib64", "/proc"] {
+            let e = errors(&lxc(&format!(
+                "{BASE}  bind-mounts: [{{host-path: '{root}', mount-point: /x}}]\n"
+            )));
+            assert_eq!(e.len(), 1, "{root}: {e:#?}");
+            assert!(e[0].contains(&format!("spec.bind-mounts[0].host-path: `{root}` is a system directory and cannot be bind-mounted")), "{e:#?}");
+        }
+        valid(&lxc(&format!(
+            "{BASE}  bind-mounts: [{{host-path: /etc-data/x, mount-point: /x}}, {{host-path: /var/lib/media, mount-point: /y}}]\n"
+        )));
+    }
+
+    #[test]
+    fn two_mounts_on_one_slot_are_an_error() {
+        assert_errors(
+            &lxc(&format!(
+                "{BASE}  mount-points: [{{storage: local, size: 1G, mount-point: /a}}]\n  bind-mounts: [{{host-path: /srv/b, mount-point: /b, slot: mp0}}]\n"
+            )),
+            &[
+                "test.yaml:13:60: error: spec.bind-mounts[0].slot: slot `mp0` is already used by `spec.mount-points[0]`\n  help: give each mount its own slot",
+            ],
+        );
+    }
+
+    #[test]
+    fn two_nics_on_one_slot_and_a_gateway_without_ip_are_errors() {
+        let e = errors(&lxc(&format!(
+            "{BASE}  networks: [{{bridge: vmbr0, gw: 10.0.0.1}}, {{bridge: vmbr0, slot: net0}}]\n"
+        )));
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(
+            e[0].contains("spec.networks[0].gw: gateway without ip"),
+            "{e:#?}"
+        );
+        assert!(
+            e[1].contains(
+                "spec.networks[1].slot: slot `net0` is already used by `spec.networks[0]`"
+            ),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn a_template_ct_is_only_stopped() {
+        assert_errors(
+            &doc("TemplateCT", "tpl", &format!("{BASE}  state: started\n")),
+            &[
+                "test.yaml:12:10: error: spec.state: a TemplateCT is always stopped\n  help: remove `state`, or write `state: stopped`",
+            ],
+        );
+        let Spec::Lxc(c) = spec(&doc("tct", "tpl", BASE)) else {
+            panic!()
+        };
+        assert_eq!(c.state, PowerState::Stopped);
+    }
+
+    #[test]
+    fn reserved_extra_keys_are_refused_for_containers() {
+        let e = errors(&lxc(&format!(
+            "{BASE}  extra: {{hostname: x, mp3: y, net1: z, cmode: ok}}\n"
+        )));
+        assert_eq!(e.len(), 3, "{e:#?}");
+    }
+
+    #[test]
+    fn vm_only_keys_are_unknown_on_a_container() {
+        assert_errors(
+            &lxc(&format!("{BASE}  disks: []\n")),
+            &[
+                "test.yaml:12:3: error: spec.disks: unknown key `disks`\n  help: expected one of `node`, `vmid`, `state`, `template`, `memory`, `swap`, `cpu`, `root`, `mount-points`, `bind-mounts`, `networks`, `dns`, `arch`, `options`, `pve-description`, `tags`, `extra`",
+            ],
+        );
+    }
+}

@@ -136,6 +136,10 @@ fn depends_on(ck: &mut Checker<'_>, field: &str, value: &str) -> Vec<Reference> 
             );
             continue;
         };
+        if name.is_empty() {
+            ck.error_help(field, format!("`{entry}` has no name"), syntax);
+            continue;
+        }
         let name_ok = !name.is_empty()
             && name
                 .bytes()

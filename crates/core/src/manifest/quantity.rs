@@ -142,7 +142,7 @@ impl ByteSize {
 
     /// The size in MiB when it is a whole number of MiB.
     pub const fn whole_mib(self) -> Option<u64> {
-        if self.0 % MIB == 0 {
+        if self.0.is_multiple_of(MIB) {
             Some(self.0 / MIB)
         } else {
             None

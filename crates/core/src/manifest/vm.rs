@@ -452,9 +452,9 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
         &RESERVED_EXTRA,
         &RESERVED_EXTRA_PREFIXES,
     );
-    let clone = raw.clone.as_ref().and_then(|c| {
+    let clone = raw.clone.as_ref().map(|c| {
         references.extend(reference(ck, "spec.clone", c, Kind::TemplateVm));
-        Some(c.clone())
+        c.clone()
     });
 
     references.sort_by_key(|r: &Reference| r.location);
@@ -1087,4 +1087,445 @@ fn check_cloud_init_data(
         search_domains: c.search_domains.clone().unwrap_or_default(),
         ipconfigs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::testing::{assert_errors, doc, errors, parse, spec, valid};
+    use crate::manifest::{Location, Placement};
+
+    /// A VM using every key of the format.
+    pub(crate) const FULL_VM: &str = r#"apiVersion: proxops/v1alpha1
+kind: VM
+metadata:
+  name: web-1
+  namespace: default
+  labels: {team: web}
+  annotations:
+    proxops/depends-on: "LXC:db-1, iso:netinst"
+    proxops/drift: report
+    proxops/adopt: "true"
+    proxops/restart: on-change
+spec:
+  node: pve1
+  vmid: 101
+  state: started
+  memory: 4GiB
+  cpu: {type: host, cores: 2, flags: [+aes]}
+  disks:
+    - {storage: local-lvm, size: 32GiB, interface: scsi0, controller: virtio-scsi-single, iothread: true, discard: on, ssd: true, aio: io_uring}
+    - {storage: local-lvm, image: debian-cloud, size: 40GiB, interface: virtio1}
+  networks:
+    - {model: virtio, bridge: vmbr0, mac: "BC:24:11:00:00:01", vlan: 20, rate-limit: 100, firewall: true, slot: net0}
+    - {bridge: vmbr1}
+  hardware:
+    machine: q35
+    bios: ovmf
+    display: std
+    sockets: 1
+    numa: false
+    serial0: socket
+    cdrom: {iso: netinst, media: cdrom}
+    efi-disk: {storage: local-lvm, size: 4MiB, template: 4m, secure-boot: enabled}
+    cloud-init: {enabled: true, storage: local-lvm, size: 4M}
+    tpm: {storage: local-lvm, version: v2.0}
+    pci-devices:
+      - {slot: hostpci0, device: "0000:01:00.0", pcie: true}
+  options:
+    onboot: true
+    startup: order=1
+    protection: false
+    agent: true
+    acpi: true
+    tablet: false
+    hotplug: [disk, network]
+    boot-order: [scsi0, ide3, net0]
+    hidden: false
+    nested-virt: true
+  cloud-init-data:
+    ci-user: debian
+    ssh-keys: ["ssh-ed25519 AAAAC3Nza user@host"]
+    ci-password-ref: cloud-init.passwords.default
+    nameservers: [10.0.0.1]
+    search-domains: [lab.example]
+    ipconfigs:
+      - {nic: 0, ip: 10.0.0.10/24, gateway: 10.0.0.1}
+      - {nic: 1, ip: dhcp}
+  pve-name: web-1.lab
+  pve-description: the web server
+  tags: [web, prod]
+  extra: {args: "-cpu host", balloon: 0}
+"#;
+
+    fn vm(spec: &str) -> String {
+        doc("VM", "web-1", spec)
+    }
+
+    const BASE: &str = "  node: pve1\n  vmid: 101\n  memory: 2GiB\n  cpu: {type: host, cores: 2}\n";
+
+    #[test]
+    fn a_full_vm_validates_with_slots_defaults_and_references() {
+        let r = valid(FULL_VM);
+        assert_eq!(
+            r.placement,
+            Placement::Guest {
+                node: "pve1".into(),
+                vmid: 101,
+                vmid_location: Location {
+                    line: 14,
+                    column: 9
+                }
+            }
+        );
+        let edges: Vec<String> = r
+            .references
+            .iter()
+            .map(|e| format!("{} {} {}", e.field, e.target, e.explicit))
+            .collect();
+        assert_eq!(
+            edges,
+            [
+                "spec.disks[1].image DiskImage/debian-cloud false",
+                "spec.hardware.cdrom.iso ISO/netinst false",
+                "metadata.annotations.proxops/depends-on LXC/db-1 true",
+                "metadata.annotations.proxops/depends-on ISO/netinst true",
+            ]
+        );
+        let Some(Spec::Vm(v)) = r.spec else { panic!() };
+        assert_eq!(v.memory.get(), 4096);
+        assert_eq!(v.disks[1].slot.to_string(), "virtio1");
+        assert_eq!(v.disks[0].discard, Some(Discard::On));
+        assert_eq!(v.scsihw.as_deref(), Some("virtio-scsi-single"));
+        assert_eq!(v.networks[1].slot, 1);
+        assert_eq!(v.networks[1].model, "virtio");
+        assert_eq!(v.networks[0].mac.as_deref(), Some("bc:24:11:00:00:01"));
+        assert_eq!(
+            v.hardware.cdrom.as_ref().unwrap().slot.to_string(),
+            "ide3",
+            "cloud-init takes ide2"
+        );
+        assert_eq!(v.options.protection, Some(false));
+        assert_eq!(v.options.onboot, Some(true));
+        assert_eq!(v.options.tablet, Some(false));
+        assert_eq!(v.extra.get("balloon").map(String::as_str), Some("0"));
+        assert_eq!(v.cloud_init_data.ipconfigs[1].ip, Some(IpAssignment::Dhcp));
+    }
+
+    #[test]
+    fn a_minimal_vm_gets_defaults() {
+        let Spec::Vm(v) = spec(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n"
+        ))) else {
+            panic!()
+        };
+        assert_eq!(v.state, PowerState::Started);
+        assert_eq!(v.pve_name, "web-1");
+        assert_eq!(v.disks[0].slot.to_string(), "scsi0");
+        assert_eq!(v.options, VmOptions::default());
+        assert_eq!(v.cloud_init_data.ssh_keys, SshKeys::Unmanaged);
+    }
+
+    #[test]
+    fn memory_in_decimal_gigabytes_is_rejected_with_a_gib_hint() {
+        assert_errors(
+            &vm(
+                "  node: pve1\n  vmid: 101\n  memory: 8G\n  cpu: {type: host, cores: 2}\n  disks: [{storage: local, size: 8G}]\n",
+            ),
+            &[
+                "test.yaml:8:11: error: spec.memory: `8G` is not a whole number of MiB: `G` is decimal (8000000000 bytes)\n  help: write `8GiB` for binary units",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_malformed_quantity_is_reported_with_the_accepted_units() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 1.5GiB}}, {{storage: local, size: 10 XB}}]\n"
+        )));
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(e[0].starts_with("test.yaml:10:34: error: spec.disks[0].size: `1.5GiB` is not a whole number\n  help: quantities are integers; write `1536MiB`"), "{e:#?}");
+        assert!(
+            e[1].contains("spec.disks[1].size: unknown unit `XB` in `10 XB`"),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn vmid_outside_pves_range_is_an_error() {
+        assert_errors(
+            &vm(
+                "  node: pve1\n  vmid: 99\n  memory: 2GiB\n  cpu: {type: host, cores: 2}\n  disks: [{storage: local, size: 8G}]\n",
+            ),
+            &[
+                "test.yaml:7:9: error: spec.vmid: vmid 99 is outside 100..=999999999\n  help: PVE guest ids run from 100 to 999999999",
+            ],
+        );
+        let e = errors(&vm(
+            "  node: pve1\n  vmid: 1000000000\n  memory: 2GiB\n  cpu: {type: host, cores: 2}\n  disks: [{storage: local, size: 8G}]\n",
+        ));
+        assert_eq!(e.len(), 1, "{e:#?}");
+    }
+
+    #[test]
+    fn wrong_types_are_reported_without_rust_type_names() {
+        assert_errors(
+            &vm(
+                "  node: pve1\n  vmid: one\n  memory: 2GiB\n  cpu: 4\n  disks: [{storage: local, size: 8G, iothread: maybe}]\n",
+            ),
+            &[
+                "test.yaml:7:9: error: spec.vmid: expected an integer, found a string",
+                "test.yaml:9:8: error: spec.cpu: expected a mapping, found an integer",
+                "test.yaml:10:48: error: spec.disks[0].iothread: expected `true` or `false`, found a string",
+            ],
+        );
+    }
+
+    #[test]
+    fn unknown_keys_get_a_did_you_mean() {
+        assert_errors(
+            &vm(&format!(
+                "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    ssh_keys: [a]\n  memroy: 1\n"
+            )),
+            &[
+                "test.yaml:12:5: error: spec.cloud-init-data.ssh_keys: unknown key `ssh_keys`\n  help: did you mean `ssh-keys`?",
+                "test.yaml:13:3: error: spec.memroy: unknown key `memroy`\n  help: did you mean `memory`?",
+            ],
+        );
+    }
+
+    #[test]
+    fn missing_required_fields_are_reported_at_their_parent() {
+        assert_errors(
+            &vm("  node: pve1\n  cpu: {type: host}\n  disks: [{size: 8G}]\n"),
+            &[
+                "test.yaml:5:1: error: spec.memory: missing required field",
+                "test.yaml:5:1: error: spec.vmid: missing required field",
+                "test.yaml:7:3: error: spec.cpu.cores: missing required field",
+                "test.yaml:8:11: error: spec.disks[0].storage: missing required field",
+            ],
+        );
+    }
+
+    #[test]
+    fn two_disks_on_one_slot_are_an_error() {
+        assert_errors(
+            &vm(&format!(
+                "{BASE}  disks:\n    - {{storage: local, size: 8G, interface: scsi1}}\n    - {{storage: local, size: 8G}}\n"
+            )),
+            &[
+                "test.yaml:12:7: error: spec.disks[1]: slot `scsi1` is already used by `spec.disks[0]`\n  help: give each disk its own slot",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_disk_on_the_cdrom_slot_is_an_error() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G, interface: ide2}}]\n  hardware: {{cdrom: {{iso: none}}}}\n"
+        )));
+        assert_eq!(
+            e,
+            [
+                "test.yaml:10:49: error: spec.disks[0].interface: slot `ide2` is already used by `spec.hardware.cdrom`\n  help: give each disk its own slot"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_slot_names_are_errors() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G, interface: scsi31}}]\n  networks: [{{bridge: vmbr0, slot: eth0}}]\n  hardware:\n    pci-devices: [{{slot: hostpci16, device: '01:00.0'}}]\n"
+        )));
+        assert_eq!(e.len(), 3, "{e:#?}");
+        assert!(e[0].contains("spec.disks[0].interface: `scsi31` is not a disk slot\n  help: disk slots are `scsi0`–`scsi30`, `virtio0`–`virtio15`"), "{e:#?}");
+        assert!(
+            e[1].contains("spec.networks[0].slot: `eth0` is not a network slot"),
+            "{e:#?}"
+        );
+        assert!(
+            e[2].contains(
+                "spec.hardware.pci-devices[0].slot: `hostpci16` is not a PCI passthrough slot"
+            ),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn two_nics_or_pci_devices_on_one_slot_are_errors() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  networks: [{{bridge: vmbr0}}, {{bridge: vmbr1, slot: net0}}]\n  hardware:\n    pci-devices: [{{slot: hostpci0, device: '01:00.0'}}, {{slot: hostpci0, device: '02:00.0'}}]\n"
+        )));
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(
+            e[0].contains(
+                "spec.networks[1].slot: slot `net0` is already used by `spec.networks[0]`"
+            ),
+            "{e:#?}"
+        );
+        assert!(e[1].contains("spec.hardware.pci-devices[1].slot: slot `hostpci0` is already used by `spec.hardware.pci-devices[0]`"), "{e:#?}");
+    }
+
+    #[test]
+    fn ssd_on_a_virtio_or_nvme_disk_is_an_error() {
+        assert_errors(
+            &vm(&format!(
+                "{BASE}  disks: [{{storage: local, size: 8G, interface: virtio0, ssd: true}}]\n"
+            )),
+            &[
+                "test.yaml:10:63: error: spec.disks[0].ssd: `ssd` is not available on virtio disks\n  help: remove `ssd`, or use a scsi or sata slot",
+            ],
+        );
+        assert_eq!(
+            errors(&vm(&format!(
+                "{BASE}  disks: [{{storage: local, size: 8G, interface: nvme0, ssd: false}}]\n"
+            )))
+            .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_disk_needs_a_size_unless_it_imports_an_image() {
+        assert_errors(
+            &vm(&format!("{BASE}  disks: [{{storage: local}}]\n")),
+            &[
+                "test.yaml:10:11: error: spec.disks[0].size: missing required field\n  help: give a `size`, or an `image` to import",
+            ],
+        );
+        let r = valid(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, image: debian-cloud}}]\n"
+        )));
+        assert_eq!(r.references[0].target.to_string(), "DiskImage/debian-cloud");
+    }
+
+    #[test]
+    fn clone_with_disks_is_an_error_and_clone_without_is_a_reference() {
+        assert_errors(
+            &vm(&format!(
+                "{BASE}  clone: debian-tpl\n  disks: [{{storage: local, size: 8G}}]\n"
+            )),
+            &[
+                "test.yaml:11:10: error: spec.disks: `clone` and `disks` are both set\n  help: a clone takes its disks from the template; remove `disks`",
+            ],
+        );
+        let r = valid(&vm(&format!("{BASE}  clone: debian-tpl\n")));
+        assert_eq!(r.references[0].target.to_string(), "TemplateVM/debian-tpl");
+        assert_eq!(r.references[0].field, "spec.clone");
+    }
+
+    #[test]
+    fn a_vm_without_disks_or_clone_is_an_error() {
+        assert_errors(
+            &vm(BASE),
+            &[
+                "test.yaml:5:1: error: spec.disks: missing required field\n  help: add at least one disk, or `clone` a TemplateVM",
+            ],
+        );
+    }
+
+    #[test]
+    fn cdrom_none_is_not_a_reference() {
+        let r = valid(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  hardware: {{cdrom: {{iso: none}}}}\n"
+        )));
+        assert!(r.references.is_empty());
+    }
+
+    #[test]
+    fn ssh_keys_mixing_star_and_keys_or_with_refs_are_errors() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    ssh-keys: ['*', 'ssh-ed25519 AAAA u@h']\n    ssh-key-refs: [cloud-init.ssh-keys.admin]\n"
+        )));
+        assert_eq!(
+            e,
+            [
+                "test.yaml:12:15: error: spec.cloud-init-data.ssh-keys: `*` is mixed with keys\n  help: `[\"*\"]` alone leaves the keys to PVE; otherwise list only keys",
+                "test.yaml:13:5: error: spec.cloud-init-data.ssh-key-refs: `ssh-keys` and `ssh-key-refs` are both set\n  help: use one of them: inline keys or references to the cluster's SOPS document",
+            ]
+        );
+        let Spec::Vm(v) = spec(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data: {{ssh-keys: ['*']}}\n"
+        ))) else {
+            panic!()
+        };
+        assert_eq!(v.cloud_init_data.ssh_keys, SshKeys::Pve);
+    }
+
+    #[test]
+    fn a_gateway_without_an_ip_is_an_error() {
+        assert_errors(
+            &vm(&format!(
+                "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    ipconfigs: [{{nic: 0, gateway: 10.0.0.1}}]\n"
+            )),
+            &[
+                "test.yaml:12:35: error: spec.cloud-init-data.ipconfigs[0].gateway: gateway without ip\n  help: add a static `ip` for this NIC, or remove `gateway`",
+            ],
+        );
+    }
+
+    #[test]
+    fn state_must_be_started_or_stopped_and_a_template_vm_only_stopped() {
+        assert_errors(
+            &vm(&format!(
+                "{BASE}  state: running\n  disks: [{{storage: local, size: 8G}}]\n"
+            )),
+            &[
+                "test.yaml:10:10: error: spec.state: expected one of `started`, `stopped`, found `running`",
+            ],
+        );
+        assert_errors(
+            &doc(
+                "TemplateVM",
+                "tpl",
+                &format!("{BASE}  state: started\n  disks: [{{storage: local, size: 8G}}]\n"),
+            ),
+            &[
+                "test.yaml:10:10: error: spec.state: a TemplateVM is always stopped\n  help: remove `state`, or write `state: stopped`",
+            ],
+        );
+        let Spec::Vm(v) = spec(&doc(
+            "TVM",
+            "tpl",
+            &format!("{BASE}  disks: [{{storage: local, size: 8G}}]\n"),
+        )) else {
+            panic!()
+        };
+        assert_eq!(v.state, PowerState::Stopped);
+    }
+
+    #[test]
+    fn reserved_extra_keys_are_refused() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  extra: {{memory: '4096', scsi1: x, net0: y, ipconfig2: z, virtio3: ok, scsihw: ok}}\n"
+        )));
+        assert_eq!(e.len(), 4, "{e:#?}");
+        assert!(e[0].starts_with("test.yaml:11:11: error: spec.extra.memory: `memory` is managed by ProxOps and cannot be set in `extra`\n  help: set it through its manifest field instead"), "{e:#?}");
+    }
+
+    #[test]
+    fn conflicting_disk_controllers_and_unknown_ones_are_errors() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks:\n    - {{storage: local, size: 8G, controller: virtio-scsi-pci}}\n    - {{storage: local, size: 8G, controller: megasas}}\n    - {{storage: local, size: 8G, controller: virtio-scsi}}\n"
+        )));
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(e[0].contains("spec.disks[1].controller: controller `megasas` conflicts with `virtio-scsi-pci` set by `spec.disks[0].controller`"), "{e:#?}");
+        assert!(
+            e[1].contains("unknown SCSI controller `virtio-scsi`"),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn every_problem_of_a_document_is_reported_at_once() {
+        let yaml = vm(
+            "  node: pve_1\n  vmid: 5\n  memory: 8G\n  cpu: {type: host, cores: 0}\n  disks: [{storage: local, size: 8G, interface: virtio0, ssd: true}, {storage: local, size: 1, interface: virtio0}]\n  networks: [{bridge: vmbr0, mac: zz, vlan: 5000}]\n  bogus: 1\n",
+        );
+        let e = errors(&yaml);
+        assert_eq!(e.len(), 9, "{e:#?}");
+        let file = parse(&yaml);
+        // The identity survives for cross-resource checks; the spec does not.
+        assert_eq!(file.resources.len(), 1);
+        assert!(file.resources[0].spec.is_none());
+    }
 }
