@@ -1,0 +1,298 @@
+//! Cluster-wide and node endpoints: `/version`, `/cluster/{resources,status,nextid}`,
+//! `/nodes`, `/nodes/{node}/status` and `/pools`.
+
+use serde_json::{Value, json};
+
+use super::Ctx;
+use crate::cluster::{Cluster, Pool, now_epoch};
+use crate::error::{ApiError, ApiResult};
+use crate::guest::Guest;
+
+pub(super) fn version() -> Value {
+    json!({ "version": "9.1.1", "release": "9.1", "repoid": "a2c3c8f1" })
+}
+
+/// The entry of a guest in `/cluster/resources`.
+fn guest_resource(cluster: &Cluster, g: &Guest, now: u64) -> Value {
+    let mut v = json!({
+        "id": format!("{}/{}", g.kind.as_str(), g.vmid),
+        "type": g.kind.as_str(),
+        "vmid": g.vmid,
+        "node": g.node,
+        "status": if g.running { "running" } else { "stopped" },
+        "name": g.name(),
+        "template": u8::from(g.is_template()),
+        "maxcpu": g.cpus(),
+        "cpu": 0,
+        "maxmem": g.memory_mib() * 1024 * 1024,
+        "mem": if g.running { g.memory_mib() * 1024 * 1024 / 4 } else { 0 },
+        "maxdisk": g.maxdisk(),
+        "disk": 0,
+        "netin": 0,
+        "netout": 0,
+        "diskread": 0,
+        "diskwrite": 0,
+        "uptime": g.uptime(now),
+    });
+    if let Some(tags) = g.config.get("tags") {
+        v["tags"] = tags.clone().into();
+    }
+    if let Some(lock) = g.lock() {
+        v["lock"] = lock.into();
+    }
+    if let Some(pool) = cluster.pool_of(g.vmid) {
+        v["pool"] = pool.into();
+    }
+    v
+}
+
+fn node_resource(cluster: &Cluster, name: &str, now: u64) -> Value {
+    let Some(n) = cluster.nodes.get(name) else {
+        return Value::Null;
+    };
+    json!({
+        "id": format!("node/{name}"),
+        "type": "node",
+        "node": name,
+        "status": if n.online { "online" } else { "offline" },
+        "level": "",
+        "cgroup-mode": 2,
+        "maxcpu": n.maxcpu,
+        "cpu": 0.02,
+        "maxmem": n.maxmem,
+        "mem": n.maxmem / 8,
+        "maxdisk": 100u64 << 30,
+        "disk": 8u64 << 30,
+        "uptime": now.saturating_sub(cluster.boot_time),
+    })
+}
+
+pub(super) fn resources(ctx: &Ctx) -> ApiResult {
+    let filter = ctx.params.get("type");
+    let cluster = ctx.shared.cluster();
+    let now = now_epoch();
+    let mut out = Vec::new();
+    if filter.is_none() || filter == Some("vm") {
+        out.extend(cluster.guests.values().map(|g| guest_resource(&cluster, g, now)));
+    }
+    if filter.is_none() || filter == Some("node") {
+        out.extend(cluster.nodes.keys().map(|n| node_resource(&cluster, n, now)));
+    }
+    if filter.is_none() || filter == Some("storage") {
+        for node in cluster.nodes.keys() {
+            for s in cluster.storages.iter().filter(|s| s.is_on_node(node)) {
+                out.push(json!({
+                    "id": format!("storage/{node}/{}", s.id),
+                    "type": "storage",
+                    "storage": s.id,
+                    "node": node,
+                    "plugintype": s.kind,
+                    "status": if s.enabled { "available" } else { "unknown" },
+                    "shared": u8::from(s.shared),
+                    "content": s.content_list(),
+                    "disk": cluster.used_bytes(node, &s.id),
+                    "maxdisk": s.total,
+                }));
+            }
+        }
+    }
+    if filter.is_none() {
+        out.extend(
+            cluster
+                .pools
+                .keys()
+                .map(|p| json!({ "id": format!("/pool/{p}"), "type": "pool", "pool": p })),
+        );
+    }
+    if let Some(f) = filter
+        && !matches!(f, "vm" | "node" | "storage" | "sdn")
+    {
+        return Err(ApiError::param(
+            "type",
+            format!("value '{f}' does not have a value in the enumeration 'vm, storage, node, sdn'"),
+        ));
+    }
+    Ok(Value::Array(out))
+}
+
+pub(super) fn status(ctx: &Ctx) -> Value {
+    let cluster = ctx.shared.cluster();
+    let mut out = vec![json!({
+        "id": "cluster",
+        "type": "cluster",
+        "name": cluster.name,
+        "nodes": cluster.nodes.len(),
+        "quorate": 1,
+        "version": 3,
+    })];
+    for (i, n) in cluster.nodes.values().enumerate() {
+        out.push(json!({
+            "id": format!("node/{}", n.name),
+            "type": "node",
+            "name": n.name,
+            "nodeid": i + 1,
+            "ip": format!("192.0.2.{}", 11 + i),
+            "level": "",
+            "local": u8::from(i == 0),
+            "online": u8::from(n.online),
+        }));
+    }
+    Value::Array(out)
+}
+
+pub(super) fn nextid(ctx: &Ctx) -> ApiResult {
+    let cluster = ctx.shared.cluster();
+    match ctx.params.get("vmid") {
+        Some(v) => {
+            let id: u32 = v.parse().map_err(|_| {
+                ApiError::param("vmid", format!("type check ('integer') failed - got '{v}'"))
+            })?;
+            if cluster.guests.contains_key(&id) {
+                return Err(ApiError::param("vmid", format!("VM {id} already exists")));
+            }
+            // PVE returns the id as a string here.
+            Ok(Value::String(id.to_string()))
+        }
+        None => Ok(Value::String(cluster.next_free_vmid().to_string())),
+    }
+}
+
+pub(super) fn nodes(ctx: &Ctx) -> Value {
+    let cluster = ctx.shared.cluster();
+    let now = now_epoch();
+    let fingerprint = ctx.shared.settings.fingerprint.clone().unwrap_or_default();
+    Value::Array(
+        cluster
+            .nodes
+            .values()
+            .map(|n| {
+                json!({
+                    "node": n.name,
+                    "id": format!("node/{}", n.name),
+                    "type": "node",
+                    "status": if n.online { "online" } else { "offline" },
+                    "cpu": 0.02,
+                    "maxcpu": n.maxcpu,
+                    "mem": n.maxmem / 8,
+                    "maxmem": n.maxmem,
+                    "disk": 8u64 << 30,
+                    "maxdisk": 100u64 << 30,
+                    "uptime": now.saturating_sub(cluster.boot_time),
+                    "level": "",
+                    "ssl_fingerprint": fingerprint,
+                })
+            })
+            .collect(),
+    )
+}
+
+pub(super) fn node_status(ctx: &Ctx) -> ApiResult {
+    let cluster = ctx.shared.cluster();
+    let n = cluster.node(ctx.node())?;
+    let now = now_epoch();
+    Ok(json!({
+        "cpu": 0.02,
+        "wait": 0,
+        "uptime": now.saturating_sub(cluster.boot_time),
+        "loadavg": ["0.10", "0.08", "0.05"],
+        "kversion": "Linux 6.14.8-2-pve #1 SMP PREEMPT_DYNAMIC PMX 6.14.8-2 (2025-07-22T10:04Z)",
+        "pveversion": "pve-manager/9.1.1/a2c3c8f1",
+        "current-kernel": {
+            "sysname": "Linux",
+            "release": "6.14.8-2-pve",
+            "version": "#1 SMP PREEMPT_DYNAMIC PMX 6.14.8-2 (2025-07-22T10:04Z)",
+            "machine": "x86_64"
+        },
+        "boot-info": { "mode": "efi", "secureboot": 0 },
+        "cpuinfo": {
+            "cpus": n.maxcpu, "sockets": 1, "cores": n.maxcpu, "model": "Simulated CPU",
+            "mhz": "2400.000", "hvm": "1", "flags": "", "user_hz": 100
+        },
+        "memory": { "total": n.maxmem, "used": n.maxmem / 8, "free": n.maxmem - n.maxmem / 8, "available": n.maxmem - n.maxmem / 8 },
+        "swap": { "total": 8u64 << 30, "used": 0, "free": 8u64 << 30 },
+        "rootfs": { "total": 100u64 << 30, "used": 8u64 << 30, "free": 92u64 << 30, "avail": 92u64 << 30 },
+        "ksm": { "shared": 0 },
+    }))
+}
+
+fn pool_members(cluster: &Cluster, pool: &Pool) -> Vec<Value> {
+    let now = now_epoch();
+    pool.vms
+        .iter()
+        .filter_map(|id| cluster.guests.get(id))
+        .map(|g| guest_resource(cluster, g, now))
+        .collect()
+}
+
+pub(super) fn pools(ctx: &Ctx) -> ApiResult {
+    let cluster = ctx.shared.cluster();
+    let only = ctx.params.get("poolid");
+    if let Some(id) = only
+        && !cluster.pools.contains_key(id)
+    {
+        return Err(ApiError::die(format!("pool '{id}' does not exist")));
+    }
+    Ok(Value::Array(
+        cluster
+            .pools
+            .iter()
+            .filter(|(id, _)| only.is_none_or(|o| o == id.as_str()))
+            .map(|(id, p)| {
+                let mut v = json!({ "poolid": id });
+                if let Some(c) = &p.comment {
+                    v["comment"] = c.clone().into();
+                }
+                if only.is_some() {
+                    v["members"] = pool_members(&cluster, p).into();
+                }
+                v
+            })
+            .collect(),
+    ))
+}
+
+pub(super) fn pool_create(ctx: &Ctx) -> ApiResult {
+    let id = ctx.params.required("poolid")?.to_string();
+    let mut cluster = ctx.shared.cluster();
+    if cluster.pools.contains_key(&id) {
+        return Err(ApiError::die(format!("pool '{id}' already exists")));
+    }
+    cluster.pools.insert(
+        id,
+        Pool {
+            comment: ctx.params.get("comment").map(str::to_string),
+            ..Pool::default()
+        },
+    );
+    Ok(Value::Null)
+}
+
+pub(super) fn pool_get(ctx: &Ctx) -> ApiResult {
+    let id = ctx.params.required("poolid")?;
+    let cluster = ctx.shared.cluster();
+    let pool = cluster
+        .pools
+        .get(id)
+        .ok_or_else(|| ApiError::die(format!("pool '{id}' does not exist")))?;
+    let mut v = json!({ "members": pool_members(&cluster, pool) });
+    if let Some(c) = &pool.comment {
+        v["comment"] = c.clone().into();
+    }
+    Ok(v)
+}
+
+pub(super) fn pool_delete(ctx: &Ctx) -> ApiResult {
+    let id = ctx.params.required("poolid")?.to_string();
+    let mut cluster = ctx.shared.cluster();
+    let pool = cluster
+        .pools
+        .get(&id)
+        .ok_or_else(|| ApiError::die(format!("pool '{id}' does not exist")))?;
+    if let Some(vmid) = pool.vms.iter().find(|v| cluster.guests.contains_key(v)) {
+        return Err(ApiError::die(format!(
+            "pool '{id}' is not empty (contains VM {vmid})"
+        )));
+    }
+    cluster.pools.remove(&id);
+    Ok(Value::Null)
+}

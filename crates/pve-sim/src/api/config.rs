@@ -1,0 +1,390 @@
+//! Guest config endpoints: `GET config` (pending merged, digest, masked cipassword),
+//! `GET pending`, `PUT config` (synchronous, both types) and qemu's `POST config` (a
+//! `qmconfig` task). Writes check the digest before the lock, go to `[PENDING]` first, and
+//! are applied at once when the guest is stopped or hot-pluggable.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::{Ctx, disks};
+use crate::cluster::Cluster;
+use crate::error::{ApiError, ApiResult};
+use crate::guest::{self, Guest, Kind};
+use crate::property::PropertyString;
+use crate::task::{self, TaskSpec, Work};
+
+const MASK: &str = "**********";
+
+/// Parameters of config writes that are not config keys.
+const CONTROL_KEYS: &[&str] = &[
+    "node",
+    "vmid",
+    "digest",
+    "delete",
+    "revert",
+    "skiplock",
+    "force",
+    "background_delay",
+];
+
+/// A parsed config write.
+#[derive(Debug, Clone)]
+pub(super) struct Update {
+    pub(super) set: BTreeMap<String, String>,
+    delete: Vec<String>,
+    revert: Vec<String>,
+    digest: Option<String>,
+    skiplock: bool,
+}
+
+fn split_list(v: Option<&str>) -> Vec<String> {
+    v.map(|s| {
+        s.split([',', ';', ' ', '\0'])
+            .filter(|k| !k.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+impl Update {
+    pub(super) fn parse(ctx: &Ctx) -> ApiResult<Self> {
+        let p = &ctx.params;
+        let set: BTreeMap<String, String> = p
+            .0
+            .iter()
+            .filter(|(k, _)| !CONTROL_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let delete = split_list(p.get("delete"));
+        let revert = split_list(p.get("revert"));
+        if set.is_empty() && delete.is_empty() && revert.is_empty() {
+            return Err(ApiError::die("no options specified"));
+        }
+        for k in &delete {
+            if set.contains_key(k) {
+                return Err(ApiError::param(
+                    "delete",
+                    format!("you can't use '-{k}' and '-delete {k}' at the same time"),
+                ));
+            }
+        }
+        for k in &revert {
+            if set.contains_key(k) {
+                return Err(ApiError::param(
+                    "revert",
+                    format!("you can't use '-{k}' and '-revert {k}' at the same time"),
+                ));
+            }
+            if delete.contains(k) {
+                return Err(ApiError::param(
+                    "revert",
+                    format!("you can't use '-delete {k}' and '-revert {k}' at the same time"),
+                ));
+            }
+        }
+        Ok(Self {
+            set,
+            delete,
+            revert,
+            digest: p.get("digest").map(str::to_string),
+            skiplock: p.flag("skiplock").unwrap_or(false),
+        })
+    }
+}
+
+/// `checksum mismatch` / `detected modified configuration` when the digest is stale.
+pub(super) fn check_digest(g: &Guest, digest: Option<&str>) -> ApiResult<()> {
+    match digest {
+        Some(d) if d != g.digest() => Err(ApiError::die(match g.kind {
+            Kind::Qemu => "checksum mismatch (file change by other user?)",
+            Kind::Lxc => "detected modified configuration - file changed by other user? Try again.",
+        })),
+        _ => Ok(()),
+    }
+}
+
+/// Waits for the config file lock (held by a running clone of this guest) as `flock` with
+/// PVE's 10 s timeout does; also fires injected lock timeouts.
+pub(super) async fn wait_config_lock(ctx: &Ctx, kind: Kind, vmid: u32) -> ApiResult<()> {
+    let timeout_error = || {
+        ApiError::die(format!(
+            "can't lock file '{}' - got timeout",
+            guest::lock_file(kind, vmid)
+        ))
+    };
+    if ctx.shared.faults().take_lock_timeout(vmid) {
+        return Err(timeout_error());
+    }
+    let deadline = tokio::time::Instant::now() + ctx.shared.settings.lock_timeout;
+    loop {
+        if !ctx.shared.cluster().file_locks.contains_key(&vmid) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(timeout_error());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Synchronous checks of a write (digest, lock, read-only keys, permissions, drive syntax).
+fn precheck(cluster: &Cluster, ctx: &Ctx, g: &Guest, u: &Update) -> ApiResult<()> {
+    check_digest(g, u.digest.as_deref())?;
+    if !u.skiplock {
+        g.check_lock().map_err(ApiError::die)?;
+    }
+    let node = g.node.as_str();
+    match g.kind {
+        Kind::Qemu => {
+            for (k, v) in &u.set {
+                if guest::is_qemu_disk_key(k) {
+                    disks::check_qemu_drive(cluster, node, k, v, ctx.is_root_pam())?;
+                }
+            }
+        }
+        Kind::Lxc => {
+            if u.set.contains_key("unprivileged") || u.delete.iter().any(|k| k == "unprivileged") {
+                return Err(ApiError::die(
+                    "unable to modify read-only option: 'unprivileged'",
+                ));
+            }
+            let unprivileged = g.config.get("unprivileged").is_some_and(|v| v == "1");
+            check_lxc_permissions(cluster, ctx, node, unprivileged, &u.set)?;
+        }
+    }
+    Ok(())
+}
+
+/// `check_ct_modify_config_perm`: feature flags and bind mounts are for `root@pam`.
+pub(super) fn check_lxc_permissions(
+    cluster: &Cluster,
+    ctx: &Ctx,
+    node: &str,
+    unprivileged: bool,
+    set: &BTreeMap<String, String>,
+) -> ApiResult<()> {
+    let root = ctx.is_root_pam();
+    for (k, v) in set {
+        if k == "features" && !root {
+            if !unprivileged {
+                return Err(ApiError::forbidden(
+                    "changing feature flags for privileged container is only allowed for root@pam",
+                ));
+            }
+            let p = PropertyString::parse(v, None);
+            if p.items().iter().any(|(k, _)| k != "nesting") {
+                return Err(ApiError::forbidden(
+                    "changing feature flags (except nesting) is only allowed for root@pam",
+                ));
+            }
+        }
+        if guest::is_lxc_volume_key(k) {
+            disks::check_lxc_volume(cluster, node, v, root)?;
+        }
+    }
+    Ok(())
+}
+
+/// Normalises one value the way the config writer does (allocating create forms).
+pub(super) fn normalise_value(
+    cluster: &mut Cluster,
+    kind: Kind,
+    node: &str,
+    vmid: u32,
+    key: &str,
+    value: &str,
+) -> Result<String, String> {
+    Ok(match key {
+        "tags" => guest::normalise_tags(value),
+        "cipassword" => guest::hash_password(value),
+        k if guest::is_net_key(k) => match kind {
+            Kind::Qemu => guest::normalise_qemu_net(value, false),
+            Kind::Lxc => guest::normalise_lxc_net(value, false),
+        },
+        k if kind == Kind::Qemu && guest::is_qemu_disk_key(k) => {
+            disks::alloc_qemu_drive(cluster, node, vmid, k, value)?
+        }
+        k if kind == Kind::Lxc && guest::is_lxc_volume_key(k) => {
+            disks::alloc_lxc_volume(cluster, node, vmid, value)?
+        }
+        _ => value.to_string(),
+    })
+}
+
+/// Writes the update: values to `[PENDING]`, then applies what the guest's state allows.
+fn apply(cluster: &mut Cluster, vmid: u32, u: &Update) -> Result<(), String> {
+    let Some(g) = cluster.guests.get(&vmid) else {
+        return Err(format!("guest {vmid} vanished"));
+    };
+    let (kind, node) = (g.kind, g.node.clone());
+    let mut values = Vec::new();
+    for (k, v) in &u.set {
+        values.push((k.clone(), normalise_value(cluster, kind, &node, vmid, k, v)?));
+    }
+    let Some(mut g) = cluster.guests.remove(&vmid) else {
+        return Err(format!("guest {vmid} vanished"));
+    };
+    for (k, v) in values {
+        g.pending_delete.remove(&k);
+        g.pending.insert(k, v);
+    }
+    for k in &u.delete {
+        g.pending.remove(k);
+        if g.config.contains_key(k) {
+            g.pending_delete.insert(k.clone());
+        }
+    }
+    for k in &u.revert {
+        g.pending.remove(k);
+        g.pending_delete.remove(k);
+    }
+    if g.running {
+        disks::apply_pending(cluster, &mut g, &|k| guest::is_hotpluggable(kind, k));
+    } else {
+        disks::apply_pending(cluster, &mut g, &|_| true);
+    }
+    cluster.guests.insert(vmid, g);
+    Ok(())
+}
+
+fn guest_ids(ctx: &Ctx) -> ApiResult<(String, u32)> {
+    Ok((ctx.node().to_string(), ctx.params.vmid("vmid")?))
+}
+
+pub(super) async fn put(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = guest_ids(ctx)?;
+    {
+        let cluster = ctx.shared.cluster();
+        cluster.node(&node)?;
+        cluster.guest(&node, vmid, kind)?;
+    }
+    let update = Update::parse(ctx)?;
+    wait_config_lock(ctx, kind, vmid).await?;
+    let mut cluster = ctx.shared.cluster();
+    let g = cluster.guest(&node, vmid, kind)?.clone();
+    precheck(&cluster, ctx, &g, &update)?;
+    apply(&mut cluster, vmid, &update).map_err(ApiError::die)?;
+    Ok(Value::Null)
+}
+
+pub(super) async fn post(ctx: &Ctx) -> ApiResult {
+    let (node, vmid) = guest_ids(ctx)?;
+    {
+        let cluster = ctx.shared.cluster();
+        cluster.node(&node)?;
+        cluster.guest(&node, vmid, Kind::Qemu)?;
+    }
+    let update = Update::parse(ctx)?;
+    let background_delay = ctx.params.u64("background_delay")?;
+    wait_config_lock(ctx, Kind::Qemu, vmid).await?;
+    let upid = {
+        let mut cluster = ctx.shared.cluster();
+        let g = cluster.guest(&node, vmid, Kind::Qemu)?.clone();
+        precheck(&cluster, ctx, &g, &update)?;
+        let work: Work = Box::new(move |c, _log, injected| {
+            if let Some(m) = injected {
+                return Err(m);
+            }
+            apply(c, vmid, &update)
+        });
+        let spec = TaskSpec {
+            node: &node,
+            kind: "qmconfig",
+            id: vmid.to_string(),
+            user: ctx.authid(),
+        };
+        task::start(&ctx.shared, &mut cluster, &spec, work)
+    };
+    if let Some(secs) = background_delay {
+        match task::wait_for(&ctx.shared, &upid, Duration::from_secs(secs)).await {
+            Some(true) => return Ok(Value::Null),
+            Some(false) => {
+                let status = finished_status(&ctx.shared, &upid);
+                return Err(ApiError::die(format!(
+                    "failed to update VM {vmid}: {status}"
+                )));
+            }
+            None => {}
+        }
+    }
+    Ok(Value::String(upid))
+}
+
+fn finished_status(shared: &Arc<crate::state::Shared>, upid: &str) -> String {
+    shared
+        .cluster()
+        .tasks
+        .iter()
+        .find(|t| t.upid_text == upid)
+        .and_then(|t| t.exitstatus.clone())
+        .unwrap_or_default()
+}
+
+/// `GET config`.
+pub(super) fn get(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = guest_ids(ctx)?;
+    let cluster = ctx.shared.cluster();
+    cluster.node(&node)?;
+    let g = cluster.guest(&node, vmid, kind)?;
+    let current = ctx.params.flag("current").unwrap_or(false);
+    let config = if current {
+        g.config.clone()
+    } else {
+        g.merged_config()
+    };
+    let mut out = Map::new();
+    for (k, v) in &config {
+        let value = if k == "cipassword" {
+            Value::from(MASK)
+        } else {
+            guest::json_value(kind, k, v)
+        };
+        out.insert(k.clone(), value);
+    }
+    out.insert("digest".to_string(), g.digest().into());
+    Ok(Value::Object(out))
+}
+
+/// `GET pending`.
+pub(super) fn pending(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = guest_ids(ctx)?;
+    let cluster = ctx.shared.cluster();
+    cluster.node(&node)?;
+    let g = cluster.guest(&node, vmid, kind)?;
+    let mut keys: Vec<&String> = g
+        .config
+        .keys()
+        .chain(g.pending.keys())
+        .chain(g.pending_delete.iter())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let shown = |k: &str, v: &str| {
+        if k == "cipassword" {
+            Value::from(MASK)
+        } else {
+            guest::json_value(kind, k, v)
+        }
+    };
+    Ok(Value::Array(
+        keys.into_iter()
+            .map(|k| {
+                let mut e = json!({ "key": k });
+                if let Some(v) = g.config.get(k) {
+                    e["value"] = shown(k, v);
+                }
+                if let Some(v) = g.pending.get(k) {
+                    e["pending"] = shown(k, v);
+                }
+                if g.pending_delete.contains(k) {
+                    e["delete"] = 1.into();
+                }
+                e
+            })
+            .collect(),
+    ))
+}

@@ -1,0 +1,479 @@
+//! Endpoints common to qemu and lxc: listing, `status/current`, power actions, delete,
+//! template conversion and resize. The differences PVE has between the two (lxc checks
+//! power state synchronously, qemu inside the task; lxc `template` returns null) are kept.
+
+use serde_json::{Value, json};
+
+use super::config::{check_digest, wait_config_lock};
+use super::{Ctx, disks};
+use crate::cluster::{Cluster, now_epoch};
+use crate::error::{ApiError, ApiResult};
+use crate::guest::{self, Guest, Kind};
+use crate::property::PropertyString;
+use crate::storage::{self, format_size, parse_size};
+use crate::task::{self, TaskSpec, Work};
+
+/// A power action under `status/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Power {
+    Start,
+    Stop,
+    Shutdown,
+    Reboot,
+    Reset,
+    Suspend,
+    Resume,
+}
+
+impl Power {
+    pub(crate) fn parse(action: &str) -> Option<Self> {
+        Some(match action {
+            "start" => Power::Start,
+            "stop" => Power::Stop,
+            "shutdown" => Power::Shutdown,
+            "reboot" => Power::Reboot,
+            "reset" => Power::Reset,
+            "suspend" => Power::Suspend,
+            "resume" => Power::Resume,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Power::Start => "start",
+            Power::Stop => "stop",
+            Power::Shutdown => "shutdown",
+            Power::Reboot => "reboot",
+            Power::Reset => "reset",
+            Power::Suspend => "suspend",
+            Power::Resume => "resume",
+        }
+    }
+}
+
+fn ids(ctx: &Ctx) -> ApiResult<(String, u32)> {
+    Ok((ctx.node().to_string(), ctx.params.vmid("vmid")?))
+}
+
+fn list_entry(g: &Guest, now: u64) -> Value {
+    let mem = g.memory_mib() * 1024 * 1024;
+    let mut v = json!({
+        "vmid": g.vmid,
+        "name": g.name(),
+        "status": if g.running { "running" } else { "stopped" },
+        "cpus": g.cpus(),
+        "maxmem": mem,
+        "mem": if g.running { mem / 4 } else { 0 },
+        "maxdisk": g.maxdisk(),
+        "disk": 0,
+        "cpu": 0,
+        "netin": 0,
+        "netout": 0,
+        "diskread": 0,
+        "diskwrite": 0,
+        "uptime": g.uptime(now),
+    });
+    if g.kind == Kind::Lxc {
+        let swap = g
+            .config
+            .get("swap")
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(512);
+        v["type"] = "lxc".into();
+        v["maxswap"] = (swap * 1024 * 1024).into();
+        v["swap"] = 0.into();
+    }
+    if let Some(pid) = g.pid.filter(|_| g.running) {
+        v["pid"] = pid.into();
+    }
+    if let Some(lock) = g.lock() {
+        v["lock"] = lock.into();
+    }
+    if let Some(tags) = g.config.get("tags") {
+        v["tags"] = tags.clone().into();
+    }
+    if g.is_template() {
+        v["template"] = 1.into();
+    }
+    v
+}
+
+pub(super) fn list(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let cluster = ctx.shared.cluster();
+    let node = ctx.node();
+    cluster.node(node)?;
+    let now = now_epoch();
+    Ok(Value::Array(
+        cluster
+            .guests
+            .values()
+            .filter(|g| g.kind == kind && g.node == node)
+            .map(|g| list_entry(g, now))
+            .collect(),
+    ))
+}
+
+pub(super) fn index(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = ids(ctx)?;
+    let cluster = ctx.shared.cluster();
+    cluster.node(&node)?;
+    cluster.guest(&node, vmid, kind)?;
+    let subdirs: &[&str] = match kind {
+        Kind::Qemu => &[
+            "config", "pending", "status", "agent", "clone", "resize", "template", "cloudinit",
+        ],
+        Kind::Lxc => &["config", "pending", "status", "clone", "resize", "template"],
+    };
+    Ok(Value::Array(
+        subdirs.iter().map(|s| json!({ "subdir": s })).collect(),
+    ))
+}
+
+pub(super) fn status_index(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = ids(ctx)?;
+    let cluster = ctx.shared.cluster();
+    cluster.node(&node)?;
+    cluster.guest(&node, vmid, kind)?;
+    Ok(json!([
+        {"subdir": "current"}, {"subdir": "start"}, {"subdir": "stop"}, {"subdir": "reset"},
+        {"subdir": "shutdown"}, {"subdir": "suspend"}, {"subdir": "reboot"}, {"subdir": "resume"}
+    ]))
+}
+
+pub(super) fn status_current(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = ids(ctx)?;
+    let cluster = ctx.shared.cluster();
+    cluster.node(&node)?;
+    let g = cluster.guest(&node, vmid, kind)?;
+    let mut v = list_entry(g, now_epoch());
+    v["ha"] = json!({ "managed": 0 });
+    if kind == Kind::Qemu {
+        v["qmpstatus"] = (if g.running { "running" } else { "stopped" }).into();
+        if let Some(agent) = g.config.get("agent") {
+            let enabled = PropertyString::parse(agent, Some("enabled")).get("enabled") == Some("1");
+            v["agent"] = u8::from(enabled).into();
+        }
+    }
+    Ok(v)
+}
+
+/// Storages of the guest's disks that lack the content type a start needs.
+fn start_problem(cluster: &Cluster, g: &Guest) -> Option<String> {
+    for (k, v) in &g.config {
+        if g.kind == Kind::Qemu && guest::is_qemu_disk_key(k) {
+            let file = PropertyString::parse(v, Some("file"));
+            if let Some((sid, volname)) = file.get("file").and_then(storage::split_volid)
+                && !volname.starts_with("iso/")
+                && let Ok(def) = cluster.storage(&g.node, sid)
+                && !def.has_content("images")
+            {
+                return Some(format!(
+                    "storage '{sid}' does not support content-type 'images'"
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn start_guest(cluster: &mut Cluster, vmid: u32) -> Result<(), String> {
+    let Some(mut g) = cluster.guests.remove(&vmid) else {
+        return Err(format!("guest {vmid} vanished"));
+    };
+    disks::apply_pending(cluster, &mut g, &|_| true);
+    let problem = start_problem(cluster, &g);
+    if problem.is_none() {
+        g.running = true;
+        g.started_at = Some(now_epoch());
+        g.pid = Some(cluster.next_pid().0);
+    }
+    cluster.guests.insert(vmid, g);
+    problem.map_or(Ok(()), Err)
+}
+
+fn stop_guest(cluster: &mut Cluster, vmid: u32) {
+    if let Some(g) = cluster.guests.get_mut(&vmid) {
+        g.running = false;
+        g.started_at = None;
+        g.pid = None;
+    }
+}
+
+pub(super) async fn power(ctx: &Ctx, kind: Kind, action: Power) -> ApiResult {
+    let (node, vmid) = ids(ctx)?;
+    {
+        let cluster = ctx.shared.cluster();
+        cluster.node(&node)?;
+        cluster.guest(&node, vmid, kind)?;
+    }
+    if matches!(action, Power::Start | Power::Reboot) {
+        wait_config_lock(ctx, kind, vmid).await?;
+    }
+    let mut cluster = ctx.shared.cluster();
+    let g = cluster.guest(&node, vmid, kind)?.clone();
+    let skiplock = ctx.params.flag("skiplock").unwrap_or(false);
+    if !skiplock && action != Power::Stop {
+        g.check_lock().map_err(ApiError::die)?;
+    }
+    let noun = kind.noun();
+    // lxc checks the power state before forking; qemu fails inside the task for start.
+    match (kind, action) {
+        (Kind::Lxc, Power::Start) if g.running => {
+            return Err(ApiError::die(format!("CT {vmid} already running")));
+        }
+        (Kind::Lxc, Power::Start) if g.is_template() => {
+            return Err(ApiError::die("you can't start a CT if it's a template"));
+        }
+        (Kind::Lxc, Power::Stop | Power::Shutdown | Power::Suspend | Power::Reboot)
+            if !g.running =>
+        {
+            return Err(ApiError::die(format!("CT {vmid} not running")));
+        }
+        (Kind::Qemu, Power::Reboot | Power::Reset | Power::Suspend) if !g.running => {
+            return Err(ApiError::die(format!("VM {vmid} not running")));
+        }
+        _ => {}
+    }
+    let task_kind = format!("{}{}", kind.task_prefix(), action.name());
+    let work: Work = Box::new(move |c, _log, injected| {
+        if let Some(m) = injected {
+            return Err(m);
+        }
+        let Some(g) = c.guests.get(&vmid) else {
+            return Err(format!("{noun} {vmid} vanished"));
+        };
+        match action {
+            Power::Start => {
+                if g.is_template() {
+                    return Err("you can't start a vm if it's a template".to_string());
+                }
+                if g.running {
+                    return Err(format!("{noun} {vmid} already running"));
+                }
+                start_guest(c, vmid)
+            }
+            Power::Stop | Power::Shutdown => {
+                stop_guest(c, vmid);
+                Ok(())
+            }
+            Power::Reboot => {
+                stop_guest(c, vmid);
+                start_guest(c, vmid)
+            }
+            Power::Reset | Power::Suspend | Power::Resume => Ok(()),
+        }
+    });
+    let spec = TaskSpec {
+        node: &node,
+        kind: &task_kind,
+        id: vmid.to_string(),
+        user: ctx.authid(),
+    };
+    Ok(Value::String(task::start(
+        &ctx.shared,
+        &mut cluster,
+        &spec,
+        work,
+    )))
+}
+
+pub(super) async fn delete(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = ids(ctx)?;
+    {
+        let cluster = ctx.shared.cluster();
+        cluster.node(&node)?;
+        cluster.guest(&node, vmid, kind)?;
+    }
+    wait_config_lock(ctx, kind, vmid).await?;
+    let mut cluster = ctx.shared.cluster();
+    let g = cluster.guest(&node, vmid, kind)?.clone();
+    let noun = kind.noun();
+    if !ctx.params.flag("skiplock").unwrap_or(false) {
+        g.check_lock().map_err(ApiError::die)?;
+    }
+    if g.config.get("protection").is_some_and(|v| v == "1") {
+        return Err(ApiError::die(format!(
+            "can't remove {noun} {vmid} - protection mode enabled"
+        )));
+    }
+    if g.running {
+        return Err(ApiError::die(match kind {
+            Kind::Qemu => format!("VM {vmid} is running - destroy failed"),
+            Kind::Lxc => format!("unable to destroy CT {vmid} - container is running"),
+        }));
+    }
+    let unreferenced = ctx.params.flag("destroy-unreferenced-disks").unwrap_or(true);
+    let work: Work = Box::new(move |c, log, injected| {
+        if let Some(m) = injected {
+            return Err(m);
+        }
+        let Some(g) = c.guests.remove(&vmid) else {
+            return Err(format!("{noun} {vmid} vanished"));
+        };
+        for volid in disks::owned_volumes(&g) {
+            if c.free_volume(&g.node, &volid) {
+                log.push(format!("Removed volume '{volid}'"));
+            }
+        }
+        if unreferenced {
+            let sids: Vec<String> = c
+                .storages
+                .iter()
+                .filter(|s| s.is_on_node(&g.node))
+                .map(|s| s.id.clone())
+                .collect();
+            for sid in sids {
+                for (name, v) in c.volumes(&g.node, &sid) {
+                    if v.vmid == Some(vmid) && matches!(v.content.as_str(), "images" | "rootdir") {
+                        c.free_volume(&g.node, &format!("{sid}:{name}"));
+                    }
+                }
+            }
+        }
+        for pool in c.pools.values_mut() {
+            pool.vms.remove(&vmid);
+        }
+        Ok(())
+    });
+    let spec = TaskSpec {
+        node: &node,
+        kind: &format!("{}destroy", kind.task_prefix()),
+        id: vmid.to_string(),
+        user: ctx.authid(),
+    };
+    Ok(Value::String(task::start(
+        &ctx.shared,
+        &mut cluster,
+        &spec,
+        work,
+    )))
+}
+
+pub(super) async fn template(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = ids(ctx)?;
+    {
+        let cluster = ctx.shared.cluster();
+        cluster.node(&node)?;
+        cluster.guest(&node, vmid, kind)?;
+    }
+    wait_config_lock(ctx, kind, vmid).await?;
+    let mut cluster = ctx.shared.cluster();
+    let g = cluster.guest(&node, vmid, kind)?.clone();
+    g.check_lock().map_err(ApiError::die)?;
+    if g.is_template() {
+        return Err(ApiError::die("you can't convert a template to a template"));
+    }
+    if g.running {
+        return Err(ApiError::die(match kind {
+            Kind::Qemu => "you can't convert a VM to template if VM is running",
+            Kind::Lxc => "you can't convert a CT to template if the CT is running",
+        }));
+    }
+    let work: Work = Box::new(move |c, _log, injected| {
+        if let Some(m) = injected {
+            return Err(m);
+        }
+        let Some(mut g) = c.guests.remove(&vmid) else {
+            return Err(format!("guest {vmid} vanished"));
+        };
+        disks::rename_to_base(c, &mut g);
+        g.config.insert("template".to_string(), "1".to_string());
+        c.guests.insert(vmid, g);
+        Ok(())
+    });
+    let spec = TaskSpec {
+        node: &node,
+        kind: &format!("{}template", kind.task_prefix()),
+        id: vmid.to_string(),
+        user: ctx.authid(),
+    };
+    let upid = task::start(&ctx.shared, &mut cluster, &spec, work);
+    // pve-container forks the vztemplate worker but returns null.
+    Ok(match kind {
+        Kind::Qemu => Value::String(upid),
+        Kind::Lxc => Value::Null,
+    })
+}
+
+pub(super) fn resize(ctx: &Ctx, kind: Kind) -> ApiResult {
+    let (node, vmid) = ids(ctx)?;
+    let disk = ctx.params.required("disk")?.to_string();
+    let size = ctx.params.required("size")?.to_string();
+    let mut cluster = ctx.shared.cluster();
+    cluster.node(&node)?;
+    let g = cluster.guest(&node, vmid, kind)?.clone();
+    // The worker runs PVE's update function at once: capture its checks now.
+    let early = check_digest(&g, ctx.params.get("digest"))
+        .and_then(|()| {
+            if ctx.params.flag("skiplock").unwrap_or(false) {
+                Ok(())
+            } else {
+                g.check_lock().map_err(ApiError::die)
+            }
+        })
+        .map_err(|e| disks::task_error(&e));
+    let work: Work = Box::new(move |c, log, injected| {
+        if let Some(m) = injected {
+            return Err(m);
+        }
+        early?;
+        let Some(g) = c.guests.get(&vmid) else {
+            return Err(format!("guest {vmid} vanished"));
+        };
+        let dk = if kind == Kind::Qemu { "file" } else { "volume" };
+        let Some(value) = g.config.get(&disk).cloned() else {
+            return Err(format!("disk '{disk}' does not exist"));
+        };
+        if kind == Kind::Qemu && guest::is_cdrom(&value) {
+            return Err("you can't resize a cdrom".to_string());
+        }
+        let mut p = PropertyString::parse(&value, Some(dk));
+        let volid = p.get(dk).unwrap_or("").to_string();
+        let current = c
+            .volume(&g.node, &volid)
+            .map(|v| v.size)
+            .or_else(|| p.get("size").and_then(parse_size))
+            .unwrap_or(0);
+        let (grow, amount) = match size.strip_prefix('+') {
+            Some(rest) => (true, rest),
+            None => (false, size.as_str()),
+        };
+        let amount = parse_size(amount).ok_or_else(|| format!("invalid size '{size}'"))?;
+        let new = if grow { current + amount } else { amount };
+        if new < current {
+            return Err("shrinking disks is not supported".to_string());
+        }
+        let node = g.node.clone();
+        if let Some((sid, volname)) = storage::split_volid(&volid)
+            && let Some(mut vol) = c.volume(&node, &volid)
+        {
+            vol.size = new;
+            let (sid, volname) = (sid.to_string(), volname.to_string());
+            c.put_volume(&node, &sid, &volname, vol)
+                .map_err(|e| disks::task_error(&e))?;
+        }
+        p.set("size", &format_size(new));
+        log.push(format!(
+            "  Size of volume {volid} changed from {} to {}.",
+            format_size(current),
+            format_size(new)
+        ));
+        if let Some(g) = c.guests.get_mut(&vmid) {
+            g.config.insert(disk.clone(), p.print(Some(dk), true));
+        }
+        Ok(())
+    });
+    let spec = TaskSpec {
+        node: &node,
+        kind: "resize",
+        id: vmid.to_string(),
+        user: ctx.authid(),
+    };
+    Ok(Value::String(task::start(
+        &ctx.shared,
+        &mut cluster,
+        &spec,
+        work,
+    )))
+}

@@ -1,0 +1,307 @@
+//! Storage endpoints: `/nodes/{node}/storage` (list), `{storage}/status`, `{storage}/content`
+//! (list, one volume, delete) and `{storage}/download-url`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::Ctx;
+use crate::cluster::{Cluster, now_epoch};
+use crate::download;
+use crate::error::{ApiError, ApiResult};
+use crate::storage::{self, StorageDef, Volume};
+use crate::task::{self, Prepare, TaskSpec, Work};
+
+fn storage_entry(cluster: &Cluster, node: &str, s: &StorageDef, with_id: bool) -> Value {
+    let used = cluster.used_bytes(node, &s.id);
+    let mut v = json!({
+        "type": s.kind,
+        "content": s.content_list(),
+        "enabled": u8::from(s.enabled),
+        "active": u8::from(s.enabled),
+        "shared": u8::from(s.shared),
+        "total": s.total,
+        "used": used,
+        "avail": s.total.saturating_sub(used),
+    });
+    if with_id {
+        v["storage"] = s.id.clone().into();
+        v["used_fraction"] = (used as f64 / s.total.max(1) as f64).into();
+    }
+    v
+}
+
+pub(super) fn index(ctx: &Ctx) -> ApiResult {
+    let cluster = ctx.shared.cluster();
+    let node = ctx.node();
+    cluster.node(node)?;
+    let content = ctx.params.get("content");
+    let only = ctx.params.get("storage");
+    let enabled_only = ctx.params.flag("enabled").unwrap_or(false);
+    Ok(Value::Array(
+        cluster
+            .storages
+            .iter()
+            .filter(|s| s.is_on_node(node))
+            .filter(|s| only.is_none_or(|o| o == s.id))
+            .filter(|s| !enabled_only || s.enabled)
+            .filter(|s| content.is_none_or(|c| c.split(',').any(|c| s.has_content(c))))
+            .map(|s| storage_entry(&cluster, node, s, true))
+            .collect(),
+    ))
+}
+
+pub(super) fn status(ctx: &Ctx) -> ApiResult {
+    let cluster = ctx.shared.cluster();
+    let node = ctx.node();
+    cluster.node(node)?;
+    let s = cluster.storage(node, ctx.params.required("storage")?)?;
+    Ok(storage_entry(&cluster, node, s, false))
+}
+
+fn content_entry(sid: &str, volname: &str, v: &Volume) -> Value {
+    let mut e = json!({
+        "volid": format!("{sid}:{volname}"),
+        "content": v.content,
+        "format": v.format,
+        "size": v.size,
+        "ctime": v.ctime,
+    });
+    if let Some(vmid) = v.vmid {
+        e["vmid"] = vmid.into();
+        e["used"] = v.size.into();
+    }
+    e
+}
+
+pub(super) fn content(ctx: &Ctx) -> ApiResult {
+    let node = ctx.node().to_string();
+    let sid = ctx.params.required("storage")?.to_string();
+    let cluster = ctx.shared.cluster();
+    cluster.node(&node)?;
+    let def = cluster.storage(&node, &sid)?;
+    if let Some(message) = ctx.shared.faults().take_storage_listing(&node, &sid) {
+        return Err(ApiError::die(message));
+    }
+    if !def.enabled {
+        return Err(ApiError::die(format!("storage '{sid}' is disabled")));
+    }
+    let filter = ctx.params.get("content");
+    let vmid = ctx.params.get("vmid").and_then(|v| v.parse::<u32>().ok());
+    Ok(Value::Array(
+        cluster
+            .volumes(&node, &sid)
+            .iter()
+            .filter(|(_, v)| filter.is_none_or(|f| v.content == f))
+            .filter(|(_, v)| vmid.is_none_or(|id| v.vmid == Some(id)))
+            .map(|(name, v)| content_entry(&sid, name, v))
+            .collect(),
+    ))
+}
+
+/// The full volume id for the `{volume}` path parameter (a volid or a name relative to the
+/// storage), checked to parse.
+fn resolve_volume(cluster: &Cluster, node: &str, sid: &str, volume: &str) -> ApiResult<String> {
+    let def = cluster.storage(node, sid)?;
+    let volid = if storage::split_volid(volume).is_some() {
+        volume.to_string()
+    } else {
+        format!("{sid}:{volume}")
+    };
+    let volname = storage::split_volid(&volid).map_or("", |(_, n)| n);
+    if let Err(e) = storage::parse_volname(volname) {
+        return Err(ApiError::die(if def.is_file_based() {
+            e
+        } else {
+            format!("unable to parse lvm volume name '{volname}'")
+        }));
+    }
+    Ok(volid)
+}
+
+pub(super) fn volume_get(ctx: &Ctx) -> ApiResult {
+    let node = ctx.node();
+    let sid = ctx.params.required("storage")?;
+    let cluster = ctx.shared.cluster();
+    cluster.node(node)?;
+    let volid = resolve_volume(&cluster, node, sid, ctx.params.required("volume")?)?;
+    let vol = cluster.volume(node, &volid).ok_or_else(|| {
+        ApiError::die(format!("volume_size_info on '{volid}' failed - no format"))
+    })?;
+    let def = cluster.storage(node, sid)?;
+    let volname = storage::split_volid(&volid).map_or("", |(_, n)| n);
+    let path = if def.is_file_based() {
+        let file = volname.split_once('/').map_or(volname, |(_, f)| f);
+        match vol.content.as_str() {
+            "images" | "rootdir" => format!("{}/images/{volname}", def.path),
+            c => format!("{}/{file}", def.content_dir(c)),
+        }
+    } else {
+        format!("/dev/pve/{volname}")
+    };
+    Ok(json!({
+        "path": path,
+        "size": vol.size,
+        "used": vol.size,
+        "format": vol.format,
+    }))
+}
+
+pub(super) async fn volume_delete(ctx: &Ctx) -> ApiResult {
+    let node = ctx.node().to_string();
+    let sid = ctx.params.required("storage")?.to_string();
+    let delay = ctx.params.u64("delay")?;
+    let upid = {
+        let mut cluster = ctx.shared.cluster();
+        cluster.node(&node)?;
+        let volid = resolve_volume(&cluster, &node, &sid, ctx.params.required("volume")?)?;
+        let owner = cluster.volume(&node, &volid).and_then(|v| v.vmid);
+        let id = owner.map_or_else(|| sid.clone(), |o| format!("{o}@{sid}"));
+        let node2 = node.clone();
+        let work: Work = Box::new(move |c, log, injected| {
+            if let Some(m) = injected {
+                return Err(m);
+            }
+            if !c.free_volume(&node2, &volid) {
+                return Err(format!("volume '{volid}' does not exist"));
+            }
+            log.push(format!("Removed volume '{volid}'"));
+            Ok(())
+        });
+        let spec = TaskSpec {
+            node: &node,
+            kind: "imgdel",
+            id,
+            user: ctx.authid(),
+        };
+        task::start(&ctx.shared, &mut cluster, &spec, work)
+    };
+    if let Some(secs) = delay
+        && task::wait_for(&ctx.shared, &upid, Duration::from_secs(secs)).await == Some(true)
+    {
+        return Ok(Value::Null);
+    }
+    Ok(Value::String(upid))
+}
+
+pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
+    let p = &ctx.params;
+    let node = ctx.node().to_string();
+    let sid = p.required("storage")?.to_string();
+    let url = p.required("url")?.to_string();
+    let content = p.required("content")?.to_string();
+    let filename = download::normalise_filename(p.required("filename")?);
+    let checksum = p.get("checksum").map(str::to_lowercase);
+    let algorithm = p.get("checksum-algorithm").map(str::to_lowercase);
+    let verify = p.flag("verify-certificates").unwrap_or(true);
+    let mut cluster = ctx.shared.cluster();
+    cluster.node(&node)?;
+    let def = cluster.storage(&node, &sid)?.clone();
+    if !def.enabled {
+        return Err(ApiError::die(format!("storage '{sid}' is disabled")));
+    }
+    if !def.is_file_based() {
+        return Err(ApiError::die(format!(
+            "can't upload to storage type '{}', not a file based storage!",
+            def.kind
+        )));
+    }
+    if !def.has_content(&content) {
+        return Err(ApiError::die(format!(
+            "storage '{sid}' is not configured for content-type '{content}'"
+        )));
+    }
+    download::check_extension(&content, &filename).map_err(|m| ApiError::param("filename", m))?;
+    if let Some(c) = p.get("compression") {
+        if content != "iso" {
+            return Err(ApiError::die(format!("decompression not supported for {content}")));
+        }
+        if !matches!(c, "gz" | "lzo" | "zst" | "bz2") {
+            return Err(ApiError::die("no decompression method found"));
+        }
+    }
+    let dir = def.content_dir(&content);
+    let path = format!("{dir}/{filename}");
+    let volname = format!("{content}/{filename}");
+    let compressed = p.get("compression").is_some();
+    let shared = Arc::clone(&ctx.shared);
+    let prepare_node = node.clone();
+    let prepare: Prepare = Box::pin(async move {
+        let existing = shared.cluster().volume(&prepare_node, &format!("{sid}:{volname}"));
+        let pair = checksum.zip(algorithm);
+        if let Some(existing) = existing {
+            let work: Work = Box::new(move |_, log, injected| {
+                if let Some(m) = injected {
+                    return Err(m);
+                }
+                let Some((expected, algo)) = pair else {
+                    return Err(format!("refusing to override existing file '{path}'"));
+                };
+                let got = existing.checksums.get(&algo).cloned().unwrap_or_default();
+                if got == expected {
+                    log.push("OK, got correct file already, no need to download".to_string());
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "checksum mismatch: got '{got}' != expect '{expected}', aborting"
+                    ))
+                }
+            });
+            return work;
+        }
+        let fetched = if compressed {
+            Err("decompression is not supported by the simulator".to_string())
+        } else {
+            download::fetch(&url, verify).await
+        };
+        let work: Work = Box::new(move |c, log, injected| {
+            if let Some(m) = injected {
+                return Err(m);
+            }
+            log.push(format!("downloading {url} to {path}"));
+            let fetched = fetched?;
+            log.push(format!("download of '{url}' to '{path}' finished"));
+            if let Some((expected, algo)) = pair {
+                log.push("calculating checksum...".to_string());
+                let got = fetched.checksums.get(&algo).cloned().unwrap_or_default();
+                if got != expected {
+                    return Err(format!("checksum mismatch: got '{got}' != expect '{expected}'"));
+                }
+                log.push("checksum verified".to_string());
+            }
+            let parsed = storage::parse_volname(&volname)?;
+            if c.volume(&prepare_node, &format!("{sid}:{volname}")).is_some() {
+                return Err(format!("refusing to override existing file '{path}'"));
+            }
+            c.put_volume(
+                &prepare_node,
+                &sid,
+                &volname,
+                Volume {
+                    content: parsed.content,
+                    format: parsed.format,
+                    size: fetched.size,
+                    ctime: now_epoch(),
+                    vmid: None,
+                    checksums: fetched.checksums,
+                },
+            )
+            .map_err(|e| crate::cluster::message_of(&e))?;
+            Ok(())
+        });
+        work
+    });
+    let spec = TaskSpec {
+        node: &node,
+        kind: "download",
+        id: filename,
+        user: ctx.authid(),
+    };
+    Ok(Value::String(task::start_prepared(
+        &ctx.shared,
+        &mut cluster,
+        &spec,
+        prepare,
+    )))
+}

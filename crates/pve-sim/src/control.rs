@@ -1,0 +1,84 @@
+//! [`SimControl`]: the library handle tests use to script faults and read the request log;
+//! the `/_sim/...` HTTP control API calls the same methods.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::faults::{FaultError, HttpFault};
+use crate::request_log::RequestLog;
+use crate::state::Shared;
+
+/// Handle on a running simulator's faults and request log. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SimControl {
+    shared: Arc<Shared>,
+}
+
+impl SimControl {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The next `times` content listings of `storage` on `node` fail with 500
+    /// `storage '<storage>' is not online` (or `message`).
+    pub fn fail_storage_listing(
+        &self,
+        node: &str,
+        storage: &str,
+        times: u32,
+        message: Option<&str>,
+    ) {
+        self.shared.faults().add_storage_listing(
+            node,
+            storage,
+            times,
+            message.map(str::to_string),
+        );
+    }
+
+    /// Answers requests whose path matches with 500 or 595/596.
+    ///
+    /// # Errors
+    /// A bad pattern or an unsupported status.
+    pub fn fail_requests(&self, fault: HttpFault) -> Result<(), FaultError> {
+        self.shared.faults().add_http(fault)
+    }
+
+    /// Delays every request whose path matches `pattern` (all when `None`).
+    ///
+    /// # Errors
+    /// A bad pattern.
+    pub fn add_latency(&self, pattern: Option<&str>, delay: Duration) -> Result<(), FaultError> {
+        self.shared.faults().add_latency(pattern, delay)
+    }
+
+    /// The next task of `task_type` (e.g. `qmcreate`, `download`) fails with `message`.
+    pub fn fail_next_task(&self, task_type: &str, message: &str) {
+        self.shared.faults().add_task_failure(task_type, message);
+    }
+
+    /// The next `times` writes to guest `vmid` fail with
+    /// `can't lock file '...' - got timeout`.
+    pub fn time_out_lock(&self, vmid: u32, times: u32) {
+        self.shared.faults().add_lock_timeout(vmid, times);
+    }
+
+    /// Removes every fault.
+    pub fn clear_faults(&self) {
+        self.shared.faults().clear();
+    }
+
+    /// A copy of the request log and counters.
+    pub fn requests(&self) -> RequestLog {
+        self.shared.log().clone()
+    }
+
+    /// Empties the request log and counters.
+    pub fn clear_requests(&self) {
+        self.shared.log().clear();
+    }
+}

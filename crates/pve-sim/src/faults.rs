@@ -1,0 +1,226 @@
+//! Scripted faults for tests: failing storage listings, 500/595 answers on matching paths,
+//! added latency, failing the next task of a type, and config lock timeouts. Set through
+//! [`crate::SimControl`] or the `/_sim/faults/...` control endpoints; consumed by the request
+//! dispatcher and the handlers.
+
+use std::time::Duration;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+/// Errors setting up a fault.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    /// The path pattern is not a valid regex.
+    #[error("invalid path pattern '{pattern}'")]
+    Pattern {
+        /// The pattern as given.
+        pattern: String,
+        /// The regex error.
+        #[source]
+        source: regex::Error,
+    },
+    /// A status other than 500, 595 or 596 was asked for.
+    #[error("unsupported fault status {0} (use 500, 595 or 596)")]
+    Status(u16),
+}
+
+/// Answer matching requests with an error instead of handling them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HttpFault {
+    /// Regex searched in the path below `/api2/json` (e.g. `/qemu/\d+/config$`).
+    pub pattern: String,
+    /// Only requests with this method (`GET`, ...); all methods when absent.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// 500 (with `message`), or 595/596 (empty body, as a failed node-to-node proxy).
+    #[serde(default = "default_status")]
+    pub status: u16,
+    /// Error message for 500 answers.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Fail this many matching requests, then stop (unlimited when absent).
+    #[serde(default)]
+    pub times: Option<u32>,
+    /// Fail each matching request with this probability (always when absent).
+    #[serde(default)]
+    pub probability: Option<f64>,
+}
+
+fn default_status() -> u16 {
+    500
+}
+
+/// An injected answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Injected {
+    Die(String),
+    Proxy(u16),
+}
+
+#[derive(Debug)]
+struct ActiveHttpFault {
+    regex: Regex,
+    fault: HttpFault,
+}
+
+#[derive(Debug)]
+struct StorageListingFault {
+    node: String,
+    storage: String,
+    remaining: u32,
+    message: String,
+}
+
+#[derive(Debug)]
+struct LatencyFault {
+    regex: Option<Regex>,
+    delay: Duration,
+}
+
+/// All active faults.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    http: Vec<ActiveHttpFault>,
+    storage_listing: Vec<StorageListingFault>,
+    latency: Vec<LatencyFault>,
+    task_failures: Vec<(String, String)>,
+    lock_timeouts: Vec<(u32, u32)>,
+}
+
+impl Faults {
+    pub(crate) fn add_http(&mut self, fault: HttpFault) -> Result<(), FaultError> {
+        if !matches!(fault.status, 500 | 595 | 596) {
+            return Err(FaultError::Status(fault.status));
+        }
+        let regex = Regex::new(&fault.pattern).map_err(|source| FaultError::Pattern {
+            pattern: fault.pattern.clone(),
+            source,
+        })?;
+        self.http.push(ActiveHttpFault { regex, fault });
+        Ok(())
+    }
+
+    pub(crate) fn add_storage_listing(
+        &mut self,
+        node: &str,
+        storage: &str,
+        times: u32,
+        message: Option<String>,
+    ) {
+        let message = message.unwrap_or_else(|| {
+            format!("storage '{storage}' is not online")
+        });
+        self.storage_listing.push(StorageListingFault {
+            node: node.to_string(),
+            storage: storage.to_string(),
+            remaining: times,
+            message,
+        });
+    }
+
+    pub(crate) fn add_latency(
+        &mut self,
+        pattern: Option<&str>,
+        delay: Duration,
+    ) -> Result<(), FaultError> {
+        let regex = pattern
+            .map(|p| {
+                Regex::new(p).map_err(|source| FaultError::Pattern {
+                    pattern: p.to_string(),
+                    source,
+                })
+            })
+            .transpose()?;
+        self.latency.push(LatencyFault { regex, delay });
+        Ok(())
+    }
+
+    pub(crate) fn add_task_failure(&mut self, kind: &str, message: &str) {
+        self.task_failures
+            .push((kind.to_string(), message.to_string()));
+    }
+
+    pub(crate) fn add_lock_timeout(&mut self, vmid: u32, times: u32) {
+        self.lock_timeouts.push((vmid, times));
+    }
+
+    pub(crate) fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Total delay to add before answering `path`.
+    pub(crate) fn latency_for(&self, path: &str) -> Duration {
+        self.latency
+            .iter()
+            .filter(|l| l.regex.as_ref().is_none_or(|r| r.is_match(path)))
+            .map(|l| l.delay)
+            .sum()
+    }
+
+    /// The injected answer for this request, if a fault fires (consuming one use).
+    pub(crate) fn take_http(&mut self, method: &str, path: &str) -> Option<Injected> {
+        let mut fired = None;
+        for active in &mut self.http {
+            let f = &mut active.fault;
+            if f.method.as_deref().is_some_and(|m| !m.eq_ignore_ascii_case(method))
+                || !active.regex.is_match(path)
+                || f.times == Some(0)
+            {
+                continue;
+            }
+            if let Some(p) = f.probability
+                && !rand::random_bool(p.clamp(0.0, 1.0))
+            {
+                continue;
+            }
+            if let Some(t) = f.times.as_mut() {
+                *t -= 1;
+            }
+            fired = Some(match f.status {
+                500 => Injected::Die(
+                    f.message
+                        .clone()
+                        .unwrap_or_else(|| "injected failure".to_string()),
+                ),
+                s => Injected::Proxy(s),
+            });
+            break;
+        }
+        self.http.retain(|a| a.fault.times != Some(0));
+        fired
+    }
+
+    /// The error for a listing of `storage` on `node`, if one is scheduled.
+    pub(crate) fn take_storage_listing(&mut self, node: &str, storage: &str) -> Option<String> {
+        let f = self
+            .storage_listing
+            .iter_mut()
+            .find(|f| f.node == node && f.storage == storage && f.remaining > 0)?;
+        f.remaining -= 1;
+        let message = f.message.clone();
+        self.storage_listing.retain(|f| f.remaining > 0);
+        Some(message)
+    }
+
+    /// The injected failure message for the next task of `kind`.
+    pub(crate) fn take_task_failure(&mut self, kind: &str) -> Option<String> {
+        let pos = self.task_failures.iter().position(|(k, _)| k == kind)?;
+        Some(self.task_failures.remove(pos).1)
+    }
+
+    /// Whether taking the config lock of `vmid` should time out now.
+    pub(crate) fn take_lock_timeout(&mut self, vmid: u32) -> bool {
+        let Some(entry) = self
+            .lock_timeouts
+            .iter_mut()
+            .find(|(id, left)| *id == vmid && *left > 0)
+        else {
+            return false;
+        };
+        entry.1 -= 1;
+        self.lock_timeouts.retain(|(_, left)| *left > 0);
+        true
+    }
+}

@@ -1,0 +1,313 @@
+//! The initial cluster: nodes, storages (as in `storage.cfg`), extra users and API tokens,
+//! pools, files already present on storages, and guests. Read from JSON or TOML
+//! (`--seed FILE`) or taken from [`Seed::default`]. This module only describes the data;
+//! `cluster` turns it into live state.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Errors reading a seed file.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    /// The file could not be read.
+    #[error("reading seed file {path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The JSON did not match the seed format.
+    #[error("parsing seed file {path} as JSON")]
+    Json {
+        /// The file.
+        path: String,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The TOML did not match the seed format.
+    #[error("parsing seed file {path} as TOML")]
+    Toml {
+        /// The file.
+        path: String,
+        /// The parse error.
+        #[source]
+        source: toml::de::Error,
+    },
+    /// The seed is well-formed but inconsistent.
+    #[error("invalid seed: {0}")]
+    Invalid(String),
+}
+
+/// The whole seed document.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Seed {
+    /// Cluster name reported by `/cluster/status` and `/access/ticket`.
+    #[serde(default = "default_cluster_name")]
+    pub cluster_name: String,
+    /// Cluster members.
+    pub nodes: Vec<NodeSeed>,
+    /// Storage definitions; each applies to every node unless `nodes` limits it.
+    pub storages: Vec<StorageSeed>,
+    /// Users besides `root@pam` (which always exists).
+    #[serde(default)]
+    pub users: Vec<UserSeed>,
+    /// Resource pools.
+    #[serde(default)]
+    pub pools: Vec<String>,
+    /// Files already present on storages (ISOs, templates, import images).
+    #[serde(default)]
+    pub volumes: Vec<VolumeSeed>,
+    /// Guests that exist at start.
+    #[serde(default)]
+    pub guests: Vec<GuestSeed>,
+}
+
+/// One node.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSeed {
+    /// Node name (`pve1`).
+    pub name: String,
+    /// Number of CPUs.
+    #[serde(default = "default_cpus")]
+    pub maxcpu: u32,
+    /// Memory in bytes.
+    #[serde(default = "default_node_mem")]
+    pub maxmem: u64,
+    /// `false` makes the node `offline` in listings.
+    #[serde(default = "default_true")]
+    pub online: bool,
+}
+
+/// One storage definition.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSeed {
+    /// Storage id (`local`).
+    pub storage: String,
+    /// Plugin type: `dir`, `nfs`, `cifs`, `cephfs` (file based) or `lvmthin`, `lvm`,
+    /// `zfspool`, `rbd` (block based).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Content types, e.g. `["iso", "vztmpl"]`.
+    pub content: Vec<String>,
+    /// Limit to these nodes; all nodes when absent.
+    #[serde(default)]
+    pub nodes: Option<Vec<String>>,
+    /// Shared storages hold one set of volumes for all nodes.
+    #[serde(default)]
+    pub shared: bool,
+    /// Mount path of file based storages (default `/var/lib/vz` for `local`,
+    /// `/mnt/pve/<storage>` otherwise).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Capacity in bytes.
+    #[serde(default = "default_storage_size")]
+    pub total: u64,
+    /// `false` disables the storage (`storage.cfg` `disable`).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+}
+
+/// One user with optional API tokens.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserSeed {
+    /// `name@realm`.
+    pub userid: String,
+    /// Password for `/access/ticket`; no ticket login when absent.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// API tokens of this user.
+    #[serde(default)]
+    pub tokens: Vec<TokenSeed>,
+}
+
+/// One API token.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSeed {
+    /// Token id (the part after `!`).
+    pub id: String,
+    /// Secret sent in the `PVEAPIToken` header.
+    pub secret: String,
+}
+
+/// A file present on a storage at start.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeSeed {
+    /// Node holding it (ignored for shared storages).
+    pub node: String,
+    /// Full volume id, e.g. `local:iso/debian-13.iso`.
+    pub volid: String,
+    /// Size in bytes.
+    #[serde(default = "default_file_size")]
+    pub size: u64,
+}
+
+/// A guest present at start.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GuestSeed {
+    /// Guest id.
+    pub vmid: u32,
+    /// `qemu` or `lxc`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Node holding it.
+    pub node: String,
+    /// Config keys as PVE stores them (volumes are created for allocated disks).
+    #[serde(default)]
+    pub config: std::collections::BTreeMap<String, String>,
+    /// Whether it runs.
+    #[serde(default)]
+    pub running: bool,
+}
+
+fn default_cluster_name() -> String {
+    "proxops-sim".to_string()
+}
+fn default_cpus() -> u32 {
+    8
+}
+fn default_node_mem() -> u64 {
+    32 * 1024 * 1024 * 1024
+}
+fn default_true() -> bool {
+    true
+}
+fn default_storage_size() -> u64 {
+    512 * 1024 * 1024 * 1024
+}
+fn default_file_size() -> u64 {
+    1024 * 1024
+}
+
+impl Default for Seed {
+    /// Nodes `pve1`..`pve3`, each with `local` (dir: iso, vztmpl, import, backup, snippets)
+    /// and `local-lvm` (lvmthin: images, rootdir); no extra users, pools, files or guests.
+    fn default() -> Self {
+        let node = |name: &str| NodeSeed {
+            name: name.to_string(),
+            maxcpu: default_cpus(),
+            maxmem: default_node_mem(),
+            online: true,
+        };
+        let strings = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect();
+        Self {
+            cluster_name: default_cluster_name(),
+            nodes: vec![node("pve1"), node("pve2"), node("pve3")],
+            storages: vec![
+                StorageSeed {
+                    storage: "local".to_string(),
+                    kind: "dir".to_string(),
+                    content: strings(&["iso", "vztmpl", "import", "backup", "snippets"]),
+                    nodes: None,
+                    shared: false,
+                    path: Some("/var/lib/vz".to_string()),
+                    total: 100 * 1024 * 1024 * 1024,
+                    enabled: true,
+                },
+                StorageSeed {
+                    storage: "local-lvm".to_string(),
+                    kind: "lvmthin".to_string(),
+                    content: strings(&["images", "rootdir"]),
+                    nodes: None,
+                    shared: false,
+                    path: None,
+                    total: default_storage_size(),
+                    enabled: true,
+                },
+            ],
+            users: Vec::new(),
+            pools: Vec::new(),
+            volumes: Vec::new(),
+            guests: Vec::new(),
+        }
+    }
+}
+
+impl Seed {
+    /// Reads a seed file: TOML when the name ends in `.toml`, JSON otherwise.
+    pub fn from_file(path: &Path) -> Result<Self, SeedError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| SeedError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let seed: Seed = if path.extension().is_some_and(|e| e == "toml") {
+            toml::from_str(&text).map_err(|source| SeedError::Toml {
+                path: shown,
+                source,
+            })?
+        } else {
+            serde_json::from_str(&text).map_err(|source| SeedError::Json {
+                path: shown,
+                source,
+            })?
+        };
+        seed.check()?;
+        Ok(seed)
+    }
+
+    /// Checks references between the parts (nodes of storages, volumes and guests).
+    pub fn check(&self) -> Result<(), SeedError> {
+        let known_node = |n: &str| self.nodes.iter().any(|node| node.name == n);
+        if self.nodes.is_empty() {
+            return Err(SeedError::Invalid("no nodes".to_string()));
+        }
+        for s in &self.storages {
+            for n in s.nodes.iter().flatten() {
+                if !known_node(n) {
+                    return Err(SeedError::Invalid(format!(
+                        "storage '{}' names unknown node '{n}'",
+                        s.storage
+                    )));
+                }
+            }
+        }
+        for v in &self.volumes {
+            if !known_node(&v.node) {
+                return Err(SeedError::Invalid(format!(
+                    "volume '{}' names unknown node '{}'",
+                    v.volid, v.node
+                )));
+            }
+        }
+        for g in &self.guests {
+            if !known_node(&g.node) {
+                return Err(SeedError::Invalid(format!(
+                    "guest {} names unknown node '{}'",
+                    g.vmid, g.node
+                )));
+            }
+            if g.kind != "qemu" && g.kind != "lxc" {
+                return Err(SeedError::Invalid(format!(
+                    "guest {} has type '{}', expected qemu or lxc",
+                    g.vmid, g.kind
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_seed_round_trips_through_toml_and_json() {
+        let seed = Seed::default();
+        let toml_text = toml::to_string(&seed).unwrap();
+        assert_eq!(toml::from_str::<Seed>(&toml_text).unwrap(), seed);
+        let json = serde_json::to_string(&seed).unwrap();
+        assert_eq!(serde_json::from_str::<Seed>(&json).unwrap(), seed);
+    }
+}

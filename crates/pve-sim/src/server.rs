@@ -1,0 +1,192 @@
+//! The listener: accepts TCP connections (TCP_NODELAY set, so keep-alive clients are not
+//! slowed by Nagle), wraps them in TLS unless plain HTTP was asked for, and serves each
+//! connection with hyper, handing every request to `api::dispatch`. Also the library entry
+//! point [`start`] and the [`RunningSim`] handle.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::cluster::Cluster;
+use crate::control::SimControl;
+use crate::error::SimError;
+use crate::seed::Seed;
+use crate::state::{Settings, Shared};
+
+/// Default task duration of the library (the binary's `--task-duration` default is 1s).
+pub const DEFAULT_TASK_DURATION: Duration = Duration::from_millis(200);
+/// How long a write waits for a config file lock held by another task (PVE: 10 s).
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to run the simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The initial cluster.
+    pub seed: Seed,
+    /// Serve HTTPS with a self-signed certificate (`false`: plain HTTP).
+    pub tls: bool,
+    /// Password of `root@pam`.
+    pub root_password: String,
+    /// Secret of the API token `root@pam!proxops`.
+    pub token_secret: String,
+    /// How long every task runs. Zero finishes tasks inside the request that starts them,
+    /// so the first status poll already sees `stopped` (download-url still waits for its
+    /// fetch).
+    pub task_duration: Duration,
+    /// How long a write waits for a config file lock before `can't lock file ... got timeout`.
+    pub lock_timeout: Duration,
+    /// Delay before answering an authentication failure (PVE waits about 3 s).
+    pub auth_failure_delay: Duration,
+    /// Validate every request against the vendored PVE schema (answers 400/501 like PVE).
+    pub validate: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            seed: Seed::default(),
+            tls: true,
+            root_password: "proxops".to_string(),
+            token_secret: "proxops-dev-secret".to_string(),
+            task_duration: DEFAULT_TASK_DURATION,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            auth_failure_delay: Duration::ZERO,
+            validate: true,
+        }
+    }
+}
+
+/// A running simulator.
+#[derive(Debug)]
+pub struct RunningSim {
+    addr: SocketAddr,
+    tls: bool,
+    fingerprint: Option<String>,
+    control: SimControl,
+    accept: JoinHandle<()>,
+}
+
+impl RunningSim {
+    /// The API base URL, e.g. `https://127.0.0.1:8006/api2/json`.
+    pub fn base_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}/api2/json", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// SHA-256 fingerprint of the certificate (`AB:CD:...`), `None` for plain HTTP.
+    pub fn fingerprint(&self) -> Option<&str> {
+        self.fingerprint.as_deref()
+    }
+
+    /// Handle for faults and the request log.
+    pub fn control(&self) -> &SimControl {
+        &self.control
+    }
+
+    /// Stops accepting, lets open requests finish, and cancels running tasks.
+    pub async fn shutdown(self) {
+        let shared = self.control.shared();
+        shared.cancel.cancel();
+        let _ = self.accept.await;
+        shared.tracker.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), shared.tracker.wait()).await;
+    }
+}
+
+/// Starts the simulator on `listener` (bind `127.0.0.1:0` in tests).
+///
+/// # Errors
+/// An inconsistent seed, a certificate that cannot be made, or a listener without address.
+pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSim, SimError> {
+    let addr = listener.local_addr().map_err(SimError::Listener)?;
+    crate::tls::install_crypto_provider();
+    let cert = if config.tls {
+        // Key generation is CPU work; keep it off the runtime's worker.
+        let made = tokio::task::spawn_blocking(|| crate::tls::self_signed(&[]))
+            .await
+            .map_err(|e| SimError::Tls(e.to_string()))??;
+        Some(made)
+    } else {
+        None
+    };
+    let cluster = Cluster::from_seed(&config.seed, &config.root_password, &config.token_secret)?;
+    let settings = Settings {
+        task_duration: config.task_duration,
+        lock_timeout: config.lock_timeout,
+        auth_failure_delay: config.auth_failure_delay,
+        validate: config.validate,
+        fingerprint: cert.as_ref().map(|c| c.fingerprint.clone()),
+    };
+    let shared = Arc::new(Shared::new(settings, cluster));
+    let fingerprint = cert.as_ref().map(|c| c.fingerprint.clone());
+    let acceptor = cert.map(|c| tokio_rustls::TlsAcceptor::from(c.config));
+    let accept = tokio::spawn(accept_loop(Arc::clone(&shared), listener, acceptor));
+    Ok(RunningSim {
+        addr,
+        tls: config.tls,
+        fingerprint,
+        control: SimControl::new(shared),
+        accept,
+    })
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = shared.cancel.cancelled() => break,
+        };
+        let Ok((stream, _peer)) = accepted else {
+            // Out of file descriptors and similar: back off briefly and keep serving.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let shared2 = Arc::clone(&shared);
+        let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            let shared = Arc::clone(&shared2);
+            async move {
+                Ok::<hyper::Response<Full<Bytes>>, std::convert::Infallible>(
+                    crate::api::dispatch(shared, req).await,
+                )
+            }
+        });
+        let acceptor = acceptor.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let builder = auto::Builder::new(TokioExecutor::new());
+            match acceptor {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn).await;
+                }
+                Some(acceptor) => {
+                    let Ok(tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(tls), service);
+                    let _ = watcher.watch(conn).await;
+                }
+            }
+        });
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+}

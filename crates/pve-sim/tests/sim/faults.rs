@@ -1,0 +1,153 @@
+//! Fault injection through the library handle and the `/_sim/` control API, and the
+//! request log.
+
+use std::time::{Duration, Instant};
+
+use proxops_pve_sim::HttpFault;
+
+use crate::sim;
+
+#[tokio::test]
+async fn a_storage_listing_fails_the_given_number_of_times() {
+    let s = sim().await;
+    s.sim
+        .control()
+        .fail_storage_listing("pve1", "local", 2, None);
+    for _ in 0..2 {
+        let r = s.get("/nodes/pve1/storage/local/content").await;
+        assert_eq!(r.status, 500);
+        assert_eq!(r.message(), "storage 'local' is not online\n");
+    }
+    assert_eq!(s.get("/nodes/pve1/storage/local/content").await.status, 200);
+}
+
+#[tokio::test]
+async fn a_path_pattern_can_answer_595_a_number_of_times() {
+    let s = sim().await;
+    s.sim
+        .control()
+        .fail_requests(HttpFault {
+            pattern: "^/nodes/pve2/".to_string(),
+            method: None,
+            status: 595,
+            message: None,
+            times: Some(1),
+            probability: None,
+        })
+        .unwrap();
+    let r = s.get("/nodes/pve2/qemu").await;
+    assert_eq!(r.status, 595);
+    assert_eq!(r.text, "");
+    assert_eq!(s.get("/nodes/pve2/qemu").await.status, 200);
+    assert_eq!(s.get("/nodes/pve1/qemu").await.status, 200);
+}
+
+#[tokio::test]
+async fn the_control_api_injects_500s_with_a_message() {
+    let s = sim().await;
+    let root = s.base.trim_end_matches("/api2/json").to_string();
+    let resp = s
+        .client
+        .post(format!("{root}/_sim/faults/http"))
+        .json(&serde_json::json!({
+            "pattern": "/qemu$", "method": "GET", "status": 500,
+            "message": "boom", "times": 1
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let r = s.get("/nodes/pve1/qemu").await;
+    assert_eq!((r.status, r.message()), (500, "boom\n"));
+    assert_eq!(s.get("/nodes/pve1/qemu").await.status, 200);
+}
+
+#[tokio::test]
+async fn a_probability_of_zero_never_fires() {
+    let s = sim().await;
+    s.sim
+        .control()
+        .fail_requests(HttpFault {
+            pattern: ".*".to_string(),
+            method: None,
+            status: 500,
+            message: None,
+            times: None,
+            probability: Some(0.0),
+        })
+        .unwrap();
+    assert_eq!(s.get("/version").await.status, 200);
+}
+
+#[tokio::test]
+async fn latency_delays_matching_requests() {
+    let s = sim().await;
+    s.sim
+        .control()
+        .add_latency(Some("^/version$"), Duration::from_millis(150))
+        .unwrap();
+    let t = Instant::now();
+    s.get("/version").await;
+    assert!(t.elapsed() >= Duration::from_millis(150));
+}
+
+#[tokio::test]
+async fn the_next_task_of_a_type_fails_with_the_given_message() {
+    let s = sim().await;
+    s.sim
+        .control()
+        .fail_next_task("qmcreate", "unable to create VM 100 - lvcreate failed");
+    let upid = s.post("/nodes/pve1/qemu", &[("vmid", "100")]).await.upid();
+    let status = s.wait(&upid).await;
+    assert_eq!(status["exitstatus"], "unable to create VM 100 - lvcreate failed");
+    // The failed create leaves the vmid free.
+    assert_eq!(s.get("/cluster/nextid").await.data(), "100");
+    let log = s
+        .get(&format!("/nodes/pve1/tasks/{}/log", crate::encode(&upid)))
+        .await;
+    let last = log.data().as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["t"], "TASK ERROR: unable to create VM 100 - lvcreate failed");
+}
+
+#[tokio::test]
+async fn a_lock_timeout_fails_config_writes() {
+    let s = sim().await;
+    s.create_vm("100", &[]).await;
+    s.sim.control().time_out_lock(100, 1);
+    let r = s.put("/nodes/pve1/qemu/100/config", &[("cores", "2")]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout\n"
+    );
+    assert_eq!(
+        s.put("/nodes/pve1/qemu/100/config", &[("cores", "2")]).await.status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn the_request_log_counts_requests_per_endpoint() {
+    let s = sim().await;
+    s.create_vm("100", &[]).await;
+    s.config("100").await;
+    s.config("100").await;
+    let log = s.sim.control().requests();
+    assert_eq!(log.counters["GET /nodes/{node}/qemu/{vmid}/config"], 2);
+    assert_eq!(log.counters["POST /nodes/{node}/qemu"], 1);
+    let root = s.base.trim_end_matches("/api2/json").to_string();
+    let body: serde_json::Value = s
+        .client
+        .get(format!("{root}/_sim/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let first = &body["requests"][0];
+    assert_eq!(first["method"], "POST");
+    assert_eq!(first["path"], "/nodes/pve1/qemu");
+    assert_eq!(first["user"], "root@pam!proxops");
+    assert_eq!(body["counters"]["GET /nodes/{node}/qemu/{vmid}/config"], 2);
+}

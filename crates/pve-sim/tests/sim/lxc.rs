@@ -1,0 +1,214 @@
+//! lxc guests: create, config rules, power state checks, template, clone.
+
+use crate::{Sim, sim};
+
+const TEMPLATE: &str = "local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst";
+
+async fn with_template() -> Sim {
+    let s = sim().await;
+    crate::download::place_file(
+        &s,
+        "local",
+        "vztmpl",
+        "debian-13-standard_13.1-2_amd64.tar.zst",
+        vec![1u8; 2048],
+    )
+    .await;
+    s
+}
+
+async fn create_ct(s: &Sim, vmid: &str, extra: &[(&str, &str)]) {
+    let mut form = vec![
+        ("vmid", vmid),
+        ("ostemplate", TEMPLATE),
+        ("rootfs", "local-lvm:8"),
+        ("net0", "name=eth0,bridge=vmbr0,ip=dhcp"),
+        ("unprivileged", "1"),
+    ];
+    form.extend_from_slice(extra);
+    let upid = s.post("/nodes/pve1/lxc", &form).await.upid();
+    assert!(upid.contains(":vzcreate:"), "{upid}");
+    s.wait_ok(&upid).await;
+}
+
+async fn ct_config(s: &Sim, vmid: &str) -> serde_json::Value {
+    s.get(&format!("/nodes/pve1/lxc/{vmid}/config"))
+        .await
+        .data()
+        .clone()
+}
+
+#[tokio::test]
+async fn lxc_create_fills_defaults_and_a_hwaddr() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let cfg = ct_config(&s, "200").await;
+    assert_eq!(cfg["hostname"], "CT200");
+    assert_eq!(cfg["memory"], 512);
+    assert_eq!(cfg["swap"], 512);
+    assert_eq!(cfg["ostype"], "debian");
+    assert_eq!(cfg["rootfs"], "local-lvm:vm-200-disk-0,size=8G");
+    let net0 = cfg["net0"].as_str().unwrap();
+    assert!(net0.starts_with("name=eth0,bridge=vmbr0,hwaddr=BC:24:11:"), "{net0}");
+    assert!(net0.ends_with(",ip=dhcp,type=veth"), "{net0}");
+    assert!(cfg.get("ostemplate").is_none());
+}
+
+#[tokio::test]
+async fn lxc_create_locks_the_container_until_the_task_ends() {
+    let s = with_template().await;
+    let upid = s
+        .post(
+            "/nodes/pve1/lxc",
+            &[("vmid", "200"), ("ostemplate", TEMPLATE), ("rootfs", "local-lvm:4")],
+        )
+        .await
+        .upid();
+    let r = s.put("/nodes/pve1/lxc/200/config", &[("memory", "1024")]).await;
+    assert_eq!(r.message(), "CT 200 is locked (create)\n");
+    s.wait_ok(&upid).await;
+}
+
+#[tokio::test]
+async fn lxc_nesting_is_only_accepted_as_a_feature() {
+    let s = with_template().await;
+    let r = s
+        .post(
+            "/nodes/pve1/lxc",
+            &[("vmid", "200"), ("ostemplate", TEMPLATE), ("nesting", "1")],
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    create_ct(&s, "201", &[("features", "nesting=1")]).await;
+    assert_eq!(ct_config(&s, "201").await["features"], "nesting=1");
+}
+
+#[tokio::test]
+async fn lxc_net_values_need_a_name() {
+    let s = with_template().await;
+    let r = s
+        .post(
+            "/nodes/pve1/lxc",
+            &[("vmid", "200"), ("ostemplate", TEMPLATE), ("net0", "bridge=vmbr0")],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.error("net0").contains("name"), "{r:?}");
+}
+
+#[tokio::test]
+async fn lxc_unprivileged_is_create_only() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let r = s.put("/nodes/pve1/lxc/200/config", &[("unprivileged", "0")]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "unable to modify read-only option: 'unprivileged'\n");
+}
+
+#[tokio::test]
+async fn lxc_bind_mounts_are_refused_to_api_tokens() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let r = s
+        .put("/nodes/pve1/lxc/200/config", &[("mp0", "/srv/data,mp=/data")])
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.message(), "mount point type bind is only allowed for root@pam\n");
+}
+
+#[tokio::test]
+async fn lxc_features_other_than_nesting_are_root_only() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let r = s
+        .put("/nodes/pve1/lxc/200/config", &[("features", "keyctl=1")])
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.message(),
+        "changing feature flags (except nesting) is only allowed for root@pam\n"
+    );
+}
+
+#[tokio::test]
+async fn lxc_digest_mismatch_has_its_own_message() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let r = s
+        .put(
+            "/nodes/pve1/lxc/200/config",
+            &[("memory", "1024"), ("digest", "0000000000000000000000000000000000000000")],
+        )
+        .await;
+    assert_eq!(
+        r.message(),
+        "detected modified configuration - file changed by other user? Try again.\n"
+    );
+}
+
+#[tokio::test]
+async fn lxc_power_state_errors_are_synchronous() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let r = s.post("/nodes/pve1/lxc/200/status/stop", &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "CT 200 not running\n");
+    let upid = s.post("/nodes/pve1/lxc/200/status/start", &[]).await.upid();
+    assert!(upid.contains(":vzstart:200:"));
+    s.wait_ok(&upid).await;
+    let r = s.post("/nodes/pve1/lxc/200/status/start", &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "CT 200 already running\n");
+    let r = s.delete("/nodes/pve1/lxc/200", &[]).await;
+    assert_eq!(r.message(), "unable to destroy CT 200 - container is running\n");
+}
+
+#[tokio::test]
+async fn lxc_template_answers_null_and_renames_the_rootfs() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let r = s.post("/nodes/pve1/lxc/200/template", &[]).await;
+    assert_eq!(r.body, serde_json::json!({"data": null}));
+    let tasks = s.get_q("/nodes/pve1/tasks", &[("source", "all")]).await;
+    let upid = tasks.data()[0]["upid"].as_str().unwrap().to_string();
+    assert!(upid.contains(":vztemplate:200:"));
+    s.wait_ok(&upid).await;
+    let cfg = ct_config(&s, "200").await;
+    assert_eq!(cfg["template"], 1);
+    assert_eq!(cfg["rootfs"], "local-lvm:base-200-disk-0,size=8G");
+}
+
+#[tokio::test]
+async fn lxc_clone_copies_the_container_with_a_new_hwaddr() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let upid = s
+        .post(
+            "/nodes/pve1/lxc/200/clone",
+            &[("newid", "201"), ("hostname", "copy")],
+        )
+        .await
+        .upid();
+    assert!(upid.contains(":vzclone:200:"));
+    s.wait_ok(&upid).await;
+    let src = ct_config(&s, "200").await;
+    let cfg = ct_config(&s, "201").await;
+    assert_eq!(cfg["hostname"], "copy");
+    assert_eq!(cfg["rootfs"], "local-lvm:vm-201-disk-0,size=8G");
+    assert_ne!(cfg["net0"], src["net0"]);
+}
+
+#[tokio::test]
+async fn lxc_running_containers_keep_hostname_changes_pending() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[("start", "1")]).await;
+    s.put("/nodes/pve1/lxc/200/config", &[("hostname", "renamed"), ("memory", "1024")])
+        .await;
+    let pending = s.get("/nodes/pve1/lxc/200/pending").await;
+    let list = pending.data().as_array().unwrap();
+    let host = list.iter().find(|e| e["key"] == "hostname").unwrap();
+    assert_eq!(host["pending"], "renamed");
+    let mem = list.iter().find(|e| e["key"] == "memory").unwrap();
+    assert_eq!(mem["value"], 1024);
+    assert!(mem.get("pending").is_none());
+}
