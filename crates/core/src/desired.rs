@@ -129,7 +129,7 @@ impl Manifest {
             let help = match self.closest_name(target_id) {
                 Some(name) => format!("did you mean `{name}`?"),
                 None => format!(
-                    "declare a {} named `{}`, or fix the name",
+                    "add a manifest for {} `{}`, or fix the name",
                     target_id.kind, target_id.name
                 ),
             };
@@ -276,6 +276,7 @@ pub(crate) mod fixture {
             annotations: BTreeMap::new(),
             placement,
             references: Vec::new(),
+            spec: None,
         }
     }
 

@@ -539,10 +539,24 @@ fn to_usize(n: u64) -> usize {
 mod tests {
     use super::*;
 
+    /// A repository; [`MANIFEST`] stands for a valid ISO named after the file.
     fn repo(files: &[(&str, &str)]) -> BTreeMap<String, String> {
         files
             .iter()
-            .map(|(p, c)| ((*p).to_owned(), (*c).to_owned()))
+            .map(|(path, contents)| {
+                let contents = if *contents == MANIFEST {
+                    let file = path.rsplit('/').next().unwrap_or_default();
+                    let name = file.split('.').next().unwrap_or_default();
+                    format!(
+                        "apiVersion: proxops/v1alpha1\nkind: ISO\nmetadata:\n  name: {name}\nspec:\n  \
+                         nodes: [pve1]\n  storage: local\n  filename: {name}.iso\n  url: \
+                         https://example.org/{name}.iso\n"
+                    )
+                } else {
+                    (*contents).to_owned()
+                };
+                ((*path).to_owned(), contents)
+            })
             .collect()
     }
 
@@ -550,7 +564,7 @@ mod tests {
         loaded.diagnostics.iter().map(ToString::to_string).collect()
     }
 
-    const MANIFEST: &str = "apiVersion: proxops/v1alpha1\n";
+    const MANIFEST: &str = "<manifest>";
 
     #[test]
     fn repository_without_clusters_folder_is_plain() {

@@ -186,7 +186,6 @@ fn composition_fixtures_fail_with_exactly_their_rule() {
 }
 
 #[test]
-#[ignore = "waiting for manifest parsing"]
 fn cross_resource_fixtures_fail_with_their_rule() {
     for (name, fragment) in CROSS_RESOURCE_RULES {
         let loaded = load_fixture("invalid", name);
@@ -201,7 +200,6 @@ fn cross_resource_fixtures_fail_with_their_rule() {
 }
 
 #[test]
-#[ignore = "waiting for manifest parsing"]
 fn every_invalid_fixture_yields_exactly_one_error_and_no_state() {
     let mut failures = String::new();
     for name in fixture_names("invalid") {
@@ -241,7 +239,6 @@ fn valid_composition_shares_base_files_between_two_clusters() {
 }
 
 #[test]
-#[ignore = "waiting for manifest parsing"]
 fn valid_fixtures_hold_the_resources_and_levels_they_declare() {
     let plain = load_fixture("valid", "plain");
     let state = plain.state(None).expect("valid");
