@@ -186,7 +186,12 @@ mod tests {
     fn tokens_authenticate_without_csrf() {
         let a = auth();
         let caller = a
-            .authenticate("POST", None, Some("PVEAPIToken=root@pam!proxops=s3cret"), None)
+            .authenticate(
+                "POST",
+                None,
+                Some("PVEAPIToken=root@pam!proxops=s3cret"),
+                None,
+            )
             .unwrap();
         assert_eq!(caller.authid, "root@pam!proxops");
         assert!(!caller.is_root_pam());
@@ -205,7 +210,10 @@ mod tests {
             a.authenticate("POST", Some(&ticket), None, None),
             Err(AuthFailure::Csrf)
         );
-        assert!(a.authenticate("POST", Some(&ticket), None, Some(&csrf)).is_ok());
+        assert!(
+            a.authenticate("POST", Some(&ticket), None, Some(&csrf))
+                .is_ok()
+        );
         assert!(a.login("root@pam", "wrong").is_none());
     }
 }

@@ -145,7 +145,11 @@ impl Cluster {
             );
         }
         for g in &seed.guests {
-            let kind = if g.kind == "lxc" { Kind::Lxc } else { Kind::Qemu };
+            let kind = if g.kind == "lxc" {
+                Kind::Lxc
+            } else {
+                Kind::Qemu
+            };
             let mut guest = Guest::new(g.vmid, kind, &g.node);
             guest.config = g.config.clone();
             if g.running {
@@ -161,10 +165,7 @@ impl Cluster {
                     && parsed.content == "images"
                     && let Ok(scope) = cluster.scope(&g.node, sid)
                 {
-                    let size = file
-                        .get("size")
-                        .and_then(storage::parse_size)
-                        .unwrap_or(0);
+                    let size = file.get("size").and_then(storage::parse_size).unwrap_or(0);
                     cluster.volumes.entry(scope).or_default().insert(
                         volname.to_string(),
                         Volume {
@@ -213,7 +214,11 @@ impl Cluster {
 
     fn scope(&self, node: &str, sid: &str) -> Result<(String, String), ApiError> {
         let def = self.storage(node, sid)?;
-        let scope = if def.shared { String::new() } else { node.to_string() };
+        let scope = if def.shared {
+            String::new()
+        } else {
+            node.to_string()
+        };
         Ok((scope, sid.to_string()))
     }
 
@@ -360,10 +365,7 @@ impl Cluster {
         };
         if self.volume(node, &format!("{sid}:{volname}")).is_some() {
             return Err(if def.is_file_based() {
-                format!(
-                    "disk image '{}/images/{volname}' already exists",
-                    def.path
-                )
+                format!("disk image '{}/images/{volname}' already exists", def.path)
             } else {
                 format!(
                     "lvcreate 'pve/{volname}' error:   Logical Volume \"{volname}\" already exists in volume group \"pve\""
@@ -400,7 +402,9 @@ impl Cluster {
 
     /// The lowest free vmid from 100.
     pub(crate) fn next_free_vmid(&self) -> u32 {
-        (100..).find(|id| !self.guests.contains_key(id)).unwrap_or(100)
+        (100..)
+            .find(|id| !self.guests.contains_key(id))
+            .unwrap_or(100)
     }
 
     pub(crate) fn pool_of(&self, vmid: u32) -> Option<&str> {

@@ -32,12 +32,9 @@ impl SimControl {
         times: u32,
         message: Option<&str>,
     ) {
-        self.shared.faults().add_storage_listing(
-            node,
-            storage,
-            times,
-            message.map(str::to_string),
-        );
+        self.shared
+            .faults()
+            .add_storage_listing(node, storage, times, message.map(str::to_string));
     }
 
     /// Answers requests whose path matches with 500 or 595/596.

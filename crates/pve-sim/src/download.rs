@@ -115,7 +115,10 @@ mod tests {
     #[test]
     fn extensions_follow_the_content_type() {
         assert!(check_extension("iso", "a.ISO").is_ok());
-        assert_eq!(check_extension("iso", "a.qcow2"), Err("wrong file extension"));
+        assert_eq!(
+            check_extension("iso", "a.qcow2"),
+            Err("wrong file extension")
+        );
         assert!(check_extension("vztmpl", "d.tar.zst").is_ok());
         assert_eq!(
             check_extension("import", "a.img"),

@@ -109,9 +109,7 @@ impl Faults {
         times: u32,
         message: Option<String>,
     ) {
-        let message = message.unwrap_or_else(|| {
-            format!("storage '{storage}' is not online")
-        });
+        let message = message.unwrap_or_else(|| format!("storage '{storage}' is not online"));
         self.storage_listing.push(StorageListingFault {
             node: node.to_string(),
             storage: storage.to_string(),
@@ -164,7 +162,9 @@ impl Faults {
         let mut fired = None;
         for active in &mut self.http {
             let f = &mut active.fault;
-            if f.method.as_deref().is_some_and(|m| !m.eq_ignore_ascii_case(method))
+            if f.method
+                .as_deref()
+                .is_some_and(|m| !m.eq_ignore_ascii_case(method))
                 || !active.regex.is_match(path)
                 || f.times == Some(0)
             {

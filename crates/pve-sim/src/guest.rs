@@ -83,7 +83,11 @@ impl Guest {
     /// `check_lock`: `VM 100 is locked (create)`.
     pub(crate) fn check_lock(&self) -> Result<(), String> {
         match self.lock() {
-            Some(lock) => Err(format!("{} {} is locked ({lock})", self.kind.noun(), self.vmid)),
+            Some(lock) => Err(format!(
+                "{} {} is locked ({lock})",
+                self.kind.noun(),
+                self.vmid
+            )),
             None => Ok(()),
         }
     }

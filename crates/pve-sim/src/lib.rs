@@ -52,5 +52,7 @@ pub use control::SimControl;
 pub use error::SimError;
 pub use faults::{FaultError, HttpFault};
 pub use request_log::{RequestLog, RequestRecord};
-pub use seed::{GuestSeed, NodeSeed, Seed, SeedError, StorageSeed, TokenSeed, UserSeed, VolumeSeed};
+pub use seed::{
+    GuestSeed, NodeSeed, Seed, SeedError, StorageSeed, TokenSeed, UserSeed, VolumeSeed,
+};
 pub use server::{DEFAULT_LOCK_TIMEOUT, DEFAULT_TASK_DURATION, RunningSim, SimConfig, start};

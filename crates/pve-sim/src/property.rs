@@ -98,6 +98,9 @@ mod tests {
     #[test]
     fn named_first_keys_keep_their_name() {
         let p = PropertyString::parse("type=veth,bridge=vmbr0,name=eth0", None);
-        assert_eq!(p.print(Some("name"), false), "name=eth0,bridge=vmbr0,type=veth");
+        assert_eq!(
+            p.print(Some("name"), false),
+            "name=eth0,bridge=vmbr0,type=veth"
+        );
     }
 }

@@ -238,7 +238,10 @@ mod tests {
         assert_eq!(parse_volname("vztmpl/d.tar.zst").unwrap().format, "tzst");
         let img = parse_volname("base-100-disk-0/vm-101-disk-0").unwrap();
         assert_eq!((img.content.as_str(), img.vmid), ("images", Some(101)));
-        assert_eq!(parse_volname("100/vm-100-disk-1.qcow2").unwrap().format, "qcow2");
+        assert_eq!(
+            parse_volname("100/vm-100-disk-1.qcow2").unwrap().format,
+            "qcow2"
+        );
         assert!(parse_volname("iso").is_err());
         assert_eq!(parse_allocation("local-lvm:0.5"), Some(("local-lvm", 0.5)));
         assert_eq!(parse_allocation("local-lvm:vm-100-disk-0"), None);

@@ -73,10 +73,20 @@ pub(super) fn resources(ctx: &Ctx) -> ApiResult {
     let now = now_epoch();
     let mut out = Vec::new();
     if filter.is_none() || filter == Some("vm") {
-        out.extend(cluster.guests.values().map(|g| guest_resource(&cluster, g, now)));
+        out.extend(
+            cluster
+                .guests
+                .values()
+                .map(|g| guest_resource(&cluster, g, now)),
+        );
     }
     if filter.is_none() || filter == Some("node") {
-        out.extend(cluster.nodes.keys().map(|n| node_resource(&cluster, n, now)));
+        out.extend(
+            cluster
+                .nodes
+                .keys()
+                .map(|n| node_resource(&cluster, n, now)),
+        );
     }
     if filter.is_none() || filter == Some("storage") {
         for node in cluster.nodes.keys() {
@@ -109,7 +119,9 @@ pub(super) fn resources(ctx: &Ctx) -> ApiResult {
     {
         return Err(ApiError::param(
             "type",
-            format!("value '{f}' does not have a value in the enumeration 'vm, storage, node, sdn'"),
+            format!(
+                "value '{f}' does not have a value in the enumeration 'vm, storage, node, sdn'"
+            ),
         ));
     }
     Ok(Value::Array(out))

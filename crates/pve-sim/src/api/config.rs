@@ -53,12 +53,11 @@ fn split_list(v: Option<&str>) -> Vec<String> {
 impl Update {
     pub(super) fn parse(ctx: &Ctx) -> ApiResult<Self> {
         let p = &ctx.params;
-        let set: BTreeMap<String, String> = p
-            .0
-            .iter()
-            .filter(|(k, _)| !CONTROL_KEYS.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let set: BTreeMap<String, String> =
+            p.0.iter()
+                .filter(|(k, _)| !CONTROL_KEYS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
         let delete = split_list(p.get("delete"));
         let revert = split_list(p.get("revert"));
         if set.is_empty() && delete.is_empty() && revert.is_empty() {
@@ -223,7 +222,10 @@ fn apply(cluster: &mut Cluster, vmid: u32, u: &Update) -> Result<(), String> {
     let (kind, node) = (g.kind, g.node.clone());
     let mut values = Vec::new();
     for (k, v) in &u.set {
-        values.push((k.clone(), normalise_value(cluster, kind, &node, vmid, k, v)?));
+        values.push((
+            k.clone(),
+            normalise_value(cluster, kind, &node, vmid, k, v)?,
+        ));
     }
     let Some(mut g) = cluster.guests.remove(&vmid) else {
         return Err(format!("guest {vmid} vanished"));

@@ -65,7 +65,10 @@ fn answer(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
 }
 
 fn bad(message: impl std::fmt::Display) -> Response<Full<Bytes>> {
-    answer(StatusCode::BAD_REQUEST, &json!({ "error": message.to_string() }))
+    answer(
+        StatusCode::BAD_REQUEST,
+        &json!({ "error": message.to_string() }),
+    )
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Response<Full<Bytes>>>> {
@@ -98,9 +101,9 @@ pub(crate) fn handle(
             control.fail_storage_listing(&f.node, &f.storage, f.times, f.message.as_deref());
             ok()
         }),
-        ("POST", "/_sim/faults/http") => parse::<HttpFault>(body).map(|f| {
-            control.fail_requests(f).map_or_else(bad, |()| ok())
-        }),
+        ("POST", "/_sim/faults/http") => {
+            parse::<HttpFault>(body).map(|f| control.fail_requests(f).map_or_else(bad, |()| ok()))
+        }
         ("POST", "/_sim/faults/latency") => parse::<Latency>(body).map(|f| {
             control
                 .add_latency(f.pattern.as_deref(), Duration::from_millis(f.millis))

@@ -51,8 +51,9 @@ pub(super) fn check_qemu_drive(
                 ));
             }
         } else {
-            let (ssid, sname) = storage::split_volid(src)
-                .ok_or_else(|| ApiError::param(key, format!("unable to parse volume ID '{src}'")))?;
+            let (ssid, sname) = storage::split_volid(src).ok_or_else(|| {
+                ApiError::param(key, format!("unable to parse volume ID '{src}'"))
+            })?;
             cluster.storage(node, ssid)?;
             let parsed = storage::parse_volname(sname).map_err(|e| ApiError::param(key, e))?;
             if parsed.content != "images" && parsed.content != "import" {
@@ -112,7 +113,11 @@ pub(super) fn alloc_qemu_drive(
         };
         bytes.div_ceil(1 << 30).max(1) << 30
     } else if key == "efidisk0" {
-        if p.get("efitype") == Some("4m") { 4 << 20 } else { 528 << 10 }
+        if p.get("efitype") == Some("4m") {
+            4 << 20
+        } else {
+            528 << 10
+        }
     } else if key == "tpmstate0" {
         4 << 20
     } else {
@@ -136,7 +141,11 @@ pub(super) fn check_lxc_volume(
     let volume = p.get("volume").unwrap_or("");
     if volume.starts_with('/') {
         if !is_root {
-            let kind = if volume.starts_with("/dev/") { "device" } else { "bind" };
+            let kind = if volume.starts_with("/dev/") {
+                "device"
+            } else {
+                "bind"
+            };
             return Err(ApiError::forbidden(format!(
                 "mount point type {kind} is only allowed for root@pam"
             )));
@@ -194,7 +203,10 @@ pub(super) fn owned_volumes(g: &Guest) -> Vec<String> {
     g.config
         .iter()
         .chain(g.pending.iter())
-        .filter(|(k, v)| is_volume_key(g.kind, k) && !(g.kind == Kind::Qemu && guest::is_cdrom(v) && !v.contains("cloudinit")))
+        .filter(|(k, v)| {
+            is_volume_key(g.kind, k)
+                && !(g.kind == Kind::Qemu && guest::is_cdrom(v) && !v.contains("cloudinit"))
+        })
         .filter_map(|(_, v)| {
             PropertyString::parse(v, Some(default_key(g.kind)))
                 .get(default_key(g.kind))

@@ -121,7 +121,14 @@ pub(super) fn index(ctx: &Ctx, kind: Kind) -> ApiResult {
     cluster.guest(&node, vmid, kind)?;
     let subdirs: &[&str] = match kind {
         Kind::Qemu => &[
-            "config", "pending", "status", "agent", "clone", "resize", "template", "cloudinit",
+            "config",
+            "pending",
+            "status",
+            "agent",
+            "clone",
+            "resize",
+            "template",
+            "cloudinit",
         ],
         Kind::Lxc => &["config", "pending", "status", "clone", "resize", "template"],
     };
@@ -303,7 +310,10 @@ pub(super) async fn delete(ctx: &Ctx, kind: Kind) -> ApiResult {
             Kind::Lxc => format!("unable to destroy CT {vmid} - container is running"),
         }));
     }
-    let unreferenced = ctx.params.flag("destroy-unreferenced-disks").unwrap_or(true);
+    let unreferenced = ctx
+        .params
+        .flag("destroy-unreferenced-disks")
+        .unwrap_or(true);
     let work: Work = Box::new(move |c, log, injected| {
         if let Some(m) = injected {
             return Err(m);

@@ -35,8 +35,16 @@ const CREATE_CONTROL: &[&str] = &[
 fn ostype_of(template: &str) -> &'static str {
     let name = template.rsplit('/').next().unwrap_or(template);
     for os in [
-        "debian", "ubuntu", "centos", "fedora", "opensuse", "archlinux", "alpine", "gentoo",
-        "nixos", "devuan",
+        "debian",
+        "ubuntu",
+        "centos",
+        "fedora",
+        "opensuse",
+        "archlinux",
+        "alpine",
+        "gentoo",
+        "nixos",
+        "devuan",
     ] {
         if name.starts_with(os) {
             return os;
@@ -67,7 +75,12 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
     };
     cluster.storage(&node, tsid)?;
     let wanted = if restore { "backup" } else { "vztmpl" };
-    if storage::parse_volname(tname).map(|p| p.content).ok().as_deref() != Some(wanted) {
+    if storage::parse_volname(tname)
+        .map(|p| p.content)
+        .ok()
+        .as_deref()
+        != Some(wanted)
+    {
         return Err(ApiError::die(format!(
             "volume '{ostemplate}' is not of type '{wanted}'"
         )));
@@ -99,8 +112,8 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
     cluster.guests.insert(vmid, placeholder);
     let work_node = node.clone();
     let work: Work = Box::new(move |c, _log, injected| {
-        let result = injected
-            .map_or_else(|| build_ct(c, &work_node, vmid, &ostemplate, &params), Err);
+        let result =
+            injected.map_or_else(|| build_ct(c, &work_node, vmid, &ostemplate, &params), Err);
         match result {
             Ok(config) => {
                 if let Some(g) = c.guests.get_mut(&vmid) {
@@ -231,8 +244,7 @@ pub(super) fn clone(ctx: &Ctx) -> ApiResult {
             storage: storage_param,
             format: None,
         };
-        let result =
-            injected.map_or_else(|| clone_config(c, vmid, newid, &target, &options), Err);
+        let result = injected.map_or_else(|| clone_config(c, vmid, newid, &target, &options), Err);
         match result {
             Ok(mut config) => {
                 if let Some(h) = hostname {

@@ -82,7 +82,9 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// The authenticated caller's auth id (`root@pam` or `root@pam!proxops`).
     pub(crate) fn authid(&self) -> &str {
-        self.caller.as_ref().map_or("root@pam", |c| c.authid.as_str())
+        self.caller
+            .as_ref()
+            .map_or("root@pam", |c| c.authid.as_str())
     }
 
     pub(crate) fn is_root_pam(&self) -> bool {

@@ -36,7 +36,9 @@ fn default_boot(config: &BTreeMap<String, String>) -> Option<String> {
             config
                 .iter()
                 .filter(|(k, v)| {
-                    k.starts_with(bus) && guest::is_qemu_disk_key(k) && guest::is_cdrom(v) == cdrom
+                    k.starts_with(bus)
+                        && guest::is_qemu_disk_key(k)
+                        && guest::is_cdrom(v) == cdrom
                         && !v.contains("cloudinit")
                         && !v.starts_with("none")
                 })
@@ -197,7 +199,9 @@ pub(super) fn clone(ctx: &Ctx) -> ApiResult {
     let storage_param = ctx.params.get("storage").map(str::to_string);
     let format = ctx.params.get("format").map(str::to_string);
     if !full && storage_param.is_some() {
-        return Err(ApiError::die("parameter 'storage' not allowed for linked clones"));
+        return Err(ApiError::die(
+            "parameter 'storage' not allowed for linked clones",
+        ));
     }
     if !full && !src.is_template() {
         let disk = src
@@ -344,7 +348,11 @@ pub(super) fn clone_config(
             } else {
                 let size = c.volume(&src.node, &volid).map_or(0, |v| v.size);
                 let target_sid = options.storage.clone().unwrap_or(sid.clone());
-                let content = if kind == Kind::Qemu { "images" } else { "rootdir" };
+                let content = if kind == Kind::Qemu {
+                    "images"
+                } else {
+                    "rootdir"
+                };
                 let new = c.alloc_disk(
                     target,
                     &target_sid,

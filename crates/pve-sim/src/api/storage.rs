@@ -215,7 +215,9 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
     download::check_extension(&content, &filename).map_err(|m| ApiError::param("filename", m))?;
     if let Some(c) = p.get("compression") {
         if content != "iso" {
-            return Err(ApiError::die(format!("decompression not supported for {content}")));
+            return Err(ApiError::die(format!(
+                "decompression not supported for {content}"
+            )));
         }
         if !matches!(c, "gz" | "lzo" | "zst" | "bz2") {
             return Err(ApiError::die("no decompression method found"));
@@ -228,7 +230,9 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
     let shared = Arc::clone(&ctx.shared);
     let prepare_node = node.clone();
     let prepare: Prepare = Box::pin(async move {
-        let existing = shared.cluster().volume(&prepare_node, &format!("{sid}:{volname}"));
+        let existing = shared
+            .cluster()
+            .volume(&prepare_node, &format!("{sid}:{volname}"));
         let pair = checksum.zip(algorithm);
         if let Some(existing) = existing {
             let work: Work = Box::new(move |_, log, injected| {
@@ -266,12 +270,16 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
                 log.push("calculating checksum...".to_string());
                 let got = fetched.checksums.get(&algo).cloned().unwrap_or_default();
                 if got != expected {
-                    return Err(format!("checksum mismatch: got '{got}' != expect '{expected}'"));
+                    return Err(format!(
+                        "checksum mismatch: got '{got}' != expect '{expected}'"
+                    ));
                 }
                 log.push("checksum verified".to_string());
             }
             let parsed = storage::parse_volname(&volname)?;
-            if c.volume(&prepare_node, &format!("{sid}:{volname}")).is_some() {
+            if c.volume(&prepare_node, &format!("{sid}:{volname}"))
+                .is_some()
+            {
                 return Err(format!("refusing to override existing file '{path}'"));
             }
             c.put_volume(

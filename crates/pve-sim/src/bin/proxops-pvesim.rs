@@ -53,7 +53,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         "ms" => n / 1000.0,
         "s" => n,
         "m" => n * 60.0,
-        _ => return Err(format!("invalid duration unit in '{text}' (use ms, s or m)")),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in '{text}' (use ms, s or m)"
+            ));
+        }
     };
     Ok(Duration::from_secs_f64(secs))
 }
@@ -104,7 +108,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "API token: PVEAPIToken=root@pam!proxops={}",
         args.token_secret
     );
-    println!("control API: {}/_sim/requests", sim.base_url().trim_end_matches("/api2/json"));
+    println!(
+        "control API: {}/_sim/requests",
+        sim.base_url().trim_end_matches("/api2/json")
+    );
     shutdown_signal().await;
     println!("shutting down");
     sim.shutdown().await;

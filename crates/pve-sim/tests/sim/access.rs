@@ -1,15 +1,21 @@
 //! Authentication: API tokens, tickets with cookie and CSRF token, 401 with an empty body.
 
-use crate::{sim, Sim};
+use crate::{Sim, sim};
 
 async fn login(s: &Sim) -> (String, String) {
     let r = s
-        .post("/access/ticket", &[("username", "root@pam"), ("password", "proxops")])
+        .post(
+            "/access/ticket",
+            &[("username", "root@pam"), ("password", "proxops")],
+        )
         .await;
     assert_eq!(r.status, 200, "{r:?}");
     (
         r.data()["ticket"].as_str().unwrap().to_string(),
-        r.data()["CSRFPreventionToken"].as_str().unwrap().to_string(),
+        r.data()["CSRFPreventionToken"]
+            .as_str()
+            .unwrap()
+            .to_string(),
     )
 }
 
@@ -77,7 +83,10 @@ async fn tickets_work_as_cookie_and_writes_need_the_csrf_token() {
 async fn a_wrong_password_gets_401_from_the_ticket_endpoint() {
     let s = sim().await;
     let r = s
-        .post("/access/ticket", &[("username", "root@pam"), ("password", "nope")])
+        .post(
+            "/access/ticket",
+            &[("username", "root@pam"), ("password", "nope")],
+        )
         .await;
     assert_eq!(r.status, 401);
 }

@@ -14,7 +14,13 @@ async fn version_reports_pve_9() {
 async fn the_default_seed_has_three_nodes_with_local_and_local_lvm() {
     let s = sim().await;
     let nodes = s.get("/nodes").await;
-    let names: Vec<&str> = nodes.data().as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    let names: Vec<&str> = nodes
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["pve1", "pve2", "pve3"]);
     let storages = s.get("/nodes/pve2/storage").await;
     let list = storages.data().as_array().unwrap();
@@ -38,9 +44,22 @@ async fn cluster_resources_filter_by_type_and_use_qemu_as_the_type() {
     assert_eq!(list[0]["node"], "pve1");
     assert_eq!(list[0]["maxmem"], 1024u64 * 1024 * 1024);
     let nodes = s.get_q("/cluster/resources", &[("type", "node")]).await;
-    assert!(nodes.data().as_array().unwrap().iter().all(|n| n["type"] == "node"));
+    assert!(
+        nodes
+            .data()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["type"] == "node")
+    );
     let all = s.get("/cluster/resources").await;
-    assert!(all.data().as_array().unwrap().iter().any(|n| n["type"] == "storage"));
+    assert!(
+        all.data()
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "storage")
+    );
 }
 
 #[tokio::test]
@@ -59,7 +78,10 @@ async fn an_unknown_node_fails_the_hostname_lookup() {
     let s = sim().await;
     let r = s.get("/nodes/nope/qemu").await;
     assert_eq!(r.status, 500);
-    assert!(r.message().starts_with("hostname lookup 'nope' failed"), "{r:?}");
+    assert!(
+        r.message().starts_with("hostname lookup 'nope' failed"),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]

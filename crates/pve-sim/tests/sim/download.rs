@@ -23,7 +23,8 @@ pub async fn place_file(s: &Sim, storage: &str, content: &str, name: &str, bytes
 async fn download(s: &Sim, url: &str, filename: &str, extra: &[(&str, &str)]) -> crate::Resp {
     let mut form = vec![("url", url), ("filename", filename), ("content", "iso")];
     form.extend_from_slice(extra);
-    s.post("/nodes/pve1/storage/local/download-url", &form).await
+    s.post("/nodes/pve1/storage/local/download-url", &form)
+        .await
 }
 
 #[tokio::test]
@@ -86,7 +87,13 @@ async fn download_url_with_wrong_checksum_fails_the_task() {
 #[tokio::test]
 async fn download_url_checksum_needs_its_algorithm() {
     let s = sim().await;
-    let r = download(&s, "http://127.0.0.1:9/a.iso", "a.iso", &[("checksum", "abc")]).await;
+    let r = download(
+        &s,
+        "http://127.0.0.1:9/a.iso",
+        "a.iso",
+        &[("checksum", "abc")],
+    )
+    .await;
     assert_eq!(r.status, 400);
     // The wording is the schema module's (JSONSchema.pm); only the key is checked here.
     assert!(r.error("checksum-algorithm").contains("checksum"), "{r:?}");
@@ -97,7 +104,9 @@ async fn download_url_refuses_to_override_an_existing_file() {
     let s = sim().await;
     place_file(&s, "local", "iso", "a.iso", vec![1, 2, 3]).await;
     let base = file_server(vec![("/a.iso", vec![4, 5, 6])]).await;
-    let upid = download(&s, &format!("{base}/a.iso"), "a.iso", &[]).await.upid();
+    let upid = download(&s, &format!("{base}/a.iso"), "a.iso", &[])
+        .await
+        .upid();
     let status = s.wait(&upid).await;
     assert_eq!(
         status["exitstatus"],
@@ -119,7 +128,11 @@ async fn download_url_normalises_the_filename_and_checks_the_extension() {
     let r = s
         .post(
             "/nodes/pve1/storage/local/download-url",
-            &[("url", &url), ("filename", "disk.img"), ("content", "import")],
+            &[
+                ("url", &url),
+                ("filename", "disk.img"),
+                ("content", "import"),
+            ],
         )
         .await;
     assert_eq!(r.status, 400);
@@ -132,7 +145,11 @@ async fn download_url_needs_a_file_storage_with_the_content_type() {
     let r = s
         .post(
             "/nodes/pve1/storage/local-lvm/download-url",
-            &[("url", "http://127.0.0.1:9/a.iso"), ("filename", "a.iso"), ("content", "iso")],
+            &[
+                ("url", "http://127.0.0.1:9/a.iso"),
+                ("filename", "a.iso"),
+                ("content", "iso"),
+            ],
         )
         .await;
     assert_eq!(r.status, 500);

@@ -99,14 +99,20 @@ async fn the_next_task_of_a_type_fails_with_the_given_message() {
         .fail_next_task("qmcreate", "unable to create VM 100 - lvcreate failed");
     let upid = s.post("/nodes/pve1/qemu", &[("vmid", "100")]).await.upid();
     let status = s.wait(&upid).await;
-    assert_eq!(status["exitstatus"], "unable to create VM 100 - lvcreate failed");
+    assert_eq!(
+        status["exitstatus"],
+        "unable to create VM 100 - lvcreate failed"
+    );
     // The failed create leaves the vmid free.
     assert_eq!(s.get("/cluster/nextid").await.data(), "100");
     let log = s
         .get(&format!("/nodes/pve1/tasks/{}/log", crate::encode(&upid)))
         .await;
     let last = log.data().as_array().unwrap().last().unwrap().clone();
-    assert_eq!(last["t"], "TASK ERROR: unable to create VM 100 - lvcreate failed");
+    assert_eq!(
+        last["t"],
+        "TASK ERROR: unable to create VM 100 - lvcreate failed"
+    );
 }
 
 #[tokio::test]
@@ -114,14 +120,18 @@ async fn a_lock_timeout_fails_config_writes() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
     s.sim.control().time_out_lock(100, 1);
-    let r = s.put("/nodes/pve1/qemu/100/config", &[("cores", "2")]).await;
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("cores", "2")])
+        .await;
     assert_eq!(r.status, 500);
     assert_eq!(
         r.message(),
         "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout\n"
     );
     assert_eq!(
-        s.put("/nodes/pve1/qemu/100/config", &[("cores", "2")]).await.status,
+        s.put("/nodes/pve1/qemu/100/config", &[("cores", "2")])
+            .await
+            .status,
         200
     );
 }

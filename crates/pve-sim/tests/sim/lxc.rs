@@ -49,7 +49,10 @@ async fn lxc_create_fills_defaults_and_a_hwaddr() {
     assert_eq!(cfg["ostype"], "debian");
     assert_eq!(cfg["rootfs"], "local-lvm:vm-200-disk-0,size=8G");
     let net0 = cfg["net0"].as_str().unwrap();
-    assert!(net0.starts_with("name=eth0,bridge=vmbr0,hwaddr=BC:24:11:"), "{net0}");
+    assert!(
+        net0.starts_with("name=eth0,bridge=vmbr0,hwaddr=BC:24:11:"),
+        "{net0}"
+    );
     assert!(net0.ends_with(",ip=dhcp,type=veth"), "{net0}");
     assert!(cfg.get("ostemplate").is_none());
 }
@@ -60,11 +63,17 @@ async fn lxc_create_locks_the_container_until_the_task_ends() {
     let upid = s
         .post(
             "/nodes/pve1/lxc",
-            &[("vmid", "200"), ("ostemplate", TEMPLATE), ("rootfs", "local-lvm:4")],
+            &[
+                ("vmid", "200"),
+                ("ostemplate", TEMPLATE),
+                ("rootfs", "local-lvm:4"),
+            ],
         )
         .await
         .upid();
-    let r = s.put("/nodes/pve1/lxc/200/config", &[("memory", "1024")]).await;
+    let r = s
+        .put("/nodes/pve1/lxc/200/config", &[("memory", "1024")])
+        .await;
     assert_eq!(r.message(), "CT 200 is locked (create)\n");
     s.wait_ok(&upid).await;
 }
@@ -89,7 +98,11 @@ async fn lxc_net_values_need_a_name() {
     let r = s
         .post(
             "/nodes/pve1/lxc",
-            &[("vmid", "200"), ("ostemplate", TEMPLATE), ("net0", "bridge=vmbr0")],
+            &[
+                ("vmid", "200"),
+                ("ostemplate", TEMPLATE),
+                ("net0", "bridge=vmbr0"),
+            ],
         )
         .await;
     assert_eq!(r.status, 400, "{r:?}");
@@ -100,9 +113,14 @@ async fn lxc_net_values_need_a_name() {
 async fn lxc_unprivileged_is_create_only() {
     let s = with_template().await;
     create_ct(&s, "200", &[]).await;
-    let r = s.put("/nodes/pve1/lxc/200/config", &[("unprivileged", "0")]).await;
+    let r = s
+        .put("/nodes/pve1/lxc/200/config", &[("unprivileged", "0")])
+        .await;
     assert_eq!(r.status, 500);
-    assert_eq!(r.message(), "unable to modify read-only option: 'unprivileged'\n");
+    assert_eq!(
+        r.message(),
+        "unable to modify read-only option: 'unprivileged'\n"
+    );
 }
 
 #[tokio::test]
@@ -110,10 +128,16 @@ async fn lxc_bind_mounts_are_refused_to_api_tokens() {
     let s = with_template().await;
     create_ct(&s, "200", &[]).await;
     let r = s
-        .put("/nodes/pve1/lxc/200/config", &[("mp0", "/srv/data,mp=/data")])
+        .put(
+            "/nodes/pve1/lxc/200/config",
+            &[("mp0", "/srv/data,mp=/data")],
+        )
         .await;
     assert_eq!(r.status, 403);
-    assert_eq!(r.message(), "mount point type bind is only allowed for root@pam\n");
+    assert_eq!(
+        r.message(),
+        "mount point type bind is only allowed for root@pam\n"
+    );
 }
 
 #[tokio::test]
@@ -137,7 +161,10 @@ async fn lxc_digest_mismatch_has_its_own_message() {
     let r = s
         .put(
             "/nodes/pve1/lxc/200/config",
-            &[("memory", "1024"), ("digest", "0000000000000000000000000000000000000000")],
+            &[
+                ("memory", "1024"),
+                ("digest", "0000000000000000000000000000000000000000"),
+            ],
         )
         .await;
     assert_eq!(
@@ -160,7 +187,10 @@ async fn lxc_power_state_errors_are_synchronous() {
     assert_eq!(r.status, 500);
     assert_eq!(r.message(), "CT 200 already running\n");
     let r = s.delete("/nodes/pve1/lxc/200", &[]).await;
-    assert_eq!(r.message(), "unable to destroy CT 200 - container is running\n");
+    assert_eq!(
+        r.message(),
+        "unable to destroy CT 200 - container is running\n"
+    );
 }
 
 #[tokio::test]
@@ -202,8 +232,11 @@ async fn lxc_clone_copies_the_container_with_a_new_hwaddr() {
 async fn lxc_running_containers_keep_hostname_changes_pending() {
     let s = with_template().await;
     create_ct(&s, "200", &[("start", "1")]).await;
-    s.put("/nodes/pve1/lxc/200/config", &[("hostname", "renamed"), ("memory", "1024")])
-        .await;
+    s.put(
+        "/nodes/pve1/lxc/200/config",
+        &[("hostname", "renamed"), ("memory", "1024")],
+    )
+    .await;
     let pending = s.get("/nodes/pve1/lxc/200/pending").await;
     let list = pending.data().as_array().unwrap();
     let host = list.iter().find(|e| e["key"] == "hostname").unwrap();

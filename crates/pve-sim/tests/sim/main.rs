@@ -109,7 +109,8 @@ impl Sim {
     }
 
     pub async fn get_q(&self, path: &str, query: &[(&str, &str)]) -> Resp {
-        self.send(self.client.get(self.url(path)).query(query)).await
+        self.send(self.client.get(self.url(path)).query(query))
+            .await
     }
 
     pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Resp {
@@ -121,7 +122,8 @@ impl Sim {
     }
 
     pub async fn delete(&self, path: &str, query: &[(&str, &str)]) -> Resp {
-        self.send(self.client.delete(self.url(path)).query(query)).await
+        self.send(self.client.delete(self.url(path)).query(query))
+            .await
     }
 
     /// Polls a task until it stops; returns its status object.
@@ -168,7 +170,10 @@ impl Sim {
 }
 
 pub fn encode(s: &str) -> String {
-    s.replace(':', "%3A").replace('/', "%2F").replace('@', "%40").replace('!', "%21")
+    s.replace(':', "%3A")
+        .replace('/', "%2F")
+        .replace('@', "%40")
+        .replace('!', "%21")
 }
 
 /// Serves `files` (path -> bytes) on 127.0.0.1; returns the base URL.

@@ -6,13 +6,18 @@ use crate::sim;
 async fn create_locks_the_guest_until_the_task_ends() {
     let s = sim().await;
     let upid = s
-        .post("/nodes/pve1/qemu", &[("vmid", "100"), ("scsi0", "local-lvm:8")])
+        .post(
+            "/nodes/pve1/qemu",
+            &[("vmid", "100"), ("scsi0", "local-lvm:8")],
+        )
         .await
         .upid();
     let cfg = s.config("100").await;
     assert_eq!(cfg["lock"], "create");
     assert!(cfg["digest"].is_string());
-    let r = s.put("/nodes/pve1/qemu/100/config", &[("memory", "2048")]).await;
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("memory", "2048")])
+        .await;
     assert_eq!(r.status, 500);
     assert_eq!(r.message(), "VM 100 is locked (create)\n");
     let r = s.post("/nodes/pve1/qemu/100/status/start", &[]).await;
@@ -55,8 +60,9 @@ async fn create_fills_in_a_random_mac_smbios_vmgenid_and_boot_order() {
     s.create_vm("100", &[]).await;
     let cfg = s.config("100").await;
     let net0 = cfg["net0"].as_str().unwrap();
-    let re = regex::Regex::new(r"^virtio=BC:24:11:[0-9A-F]{2}:[0-9A-F]{2}:[0-9A-F]{2},bridge=vmbr0$")
-        .unwrap();
+    let re =
+        regex::Regex::new(r"^virtio=BC:24:11:[0-9A-F]{2}:[0-9A-F]{2}:[0-9A-F]{2},bridge=vmbr0$")
+            .unwrap();
     assert!(re.is_match(net0), "{net0}");
     assert!(cfg["smbios1"].as_str().unwrap().starts_with("uuid="));
     assert_eq!(cfg["vmgenid"].as_str().unwrap().len(), 36);
@@ -68,26 +74,43 @@ async fn create_fills_in_a_random_mac_smbios_vmgenid_and_boot_order() {
 async fn digest_is_the_sha1_of_the_config_and_a_stale_one_is_refused() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
-    let digest = s.config("100").await["digest"].as_str().unwrap().to_string();
+    let digest = s.config("100").await["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(digest.len(), 40);
     let ok = s
-        .put("/nodes/pve1/qemu/100/config", &[("cores", "2"), ("digest", &digest)])
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[("cores", "2"), ("digest", &digest)],
+        )
         .await;
     assert_eq!(ok.status, 200, "{ok:?}");
-    let new_digest = s.config("100").await["digest"].as_str().unwrap().to_string();
+    let new_digest = s.config("100").await["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_ne!(digest, new_digest);
     let stale = s
-        .put("/nodes/pve1/qemu/100/config", &[("cores", "4"), ("digest", &digest)])
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[("cores", "4"), ("digest", &digest)],
+        )
         .await;
     assert_eq!(stale.status, 500);
-    assert_eq!(stale.message(), "checksum mismatch (file change by other user?)\n");
+    assert_eq!(
+        stale.message(),
+        "checksum mismatch (file change by other user?)\n"
+    );
 }
 
 #[tokio::test]
 async fn put_config_is_synchronous_and_post_config_returns_a_qmconfig_task() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
-    let put = s.put("/nodes/pve1/qemu/100/config", &[("cores", "2")]).await;
+    let put = s
+        .put("/nodes/pve1/qemu/100/config", &[("cores", "2")])
+        .await;
     assert_eq!(put.body, serde_json::json!({"data": null}));
     assert_eq!(s.config("100").await["cores"], 2);
     let upid = s
@@ -142,7 +165,9 @@ async fn setting_and_deleting_one_key_in_the_same_request_is_a_400() {
 async fn deleting_an_unset_key_is_accepted() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
-    let r = s.put("/nodes/pve1/qemu/100/config", &[("delete", "ciuser")]).await;
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("delete", "ciuser")])
+        .await;
     assert_eq!(r.status, 200, "{r:?}");
 }
 
@@ -153,7 +178,11 @@ async fn running_guests_hotplug_nics_and_keep_memory_pending_until_restart() {
     let r = s
         .put(
             "/nodes/pve1/qemu/100/config",
-            &[("memory", "4096"), ("net1", "virtio,bridge=vmbr1"), ("name", "db")],
+            &[
+                ("memory", "4096"),
+                ("net1", "virtio,bridge=vmbr1"),
+                ("name", "db"),
+            ],
         )
         .await;
     assert_eq!(r.status, 200, "{r:?}");
@@ -175,7 +204,10 @@ async fn running_guests_hotplug_nics_and_keep_memory_pending_until_restart() {
     assert!(current.data()["net1"].is_string());
     assert_eq!(current.data()["name"], "db");
     assert_eq!(s.config("100").await["memory"], "4096");
-    let upid = s.post("/nodes/pve1/qemu/100/status/reboot", &[]).await.upid();
+    let upid = s
+        .post("/nodes/pve1/qemu/100/status/reboot", &[])
+        .await
+        .upid();
     s.wait_ok(&upid).await;
     let current = s
         .get_q("/nodes/pve1/qemu/100/config", &[("current", "1")])
@@ -194,7 +226,8 @@ async fn tags_are_normalised() {
 async fn sshkeys_come_back_url_encoded_and_cipassword_masked() {
     let s = sim().await;
     let keys = "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIGk0o5x4Hh9mqvN8v8b6r8w2Xn2h2f2q1s0t9u8v7w6x%20me%40host";
-    s.create_vm("100", &[("sshkeys", keys), ("cipassword", "secret")]).await;
+    s.create_vm("100", &[("sshkeys", keys), ("cipassword", "secret")])
+        .await;
     let cfg = s.config("100").await;
     assert_eq!(cfg["sshkeys"], keys);
     assert_eq!(cfg["cipassword"], "**********");
@@ -206,7 +239,10 @@ async fn import_from_needs_the_zero_size_syntax() {
     let r = s
         .post(
             "/nodes/pve1/qemu",
-            &[("vmid", "100"), ("scsi0", "local-lvm:8,import-from=local:import/a.qcow2")],
+            &[
+                ("vmid", "100"),
+                ("scsi0", "local-lvm:8,import-from=local:import/a.qcow2"),
+            ],
         )
         .await;
     assert_eq!(r.status, 400);
@@ -222,7 +258,10 @@ async fn import_from_refuses_sources_that_are_not_images_or_import() {
     let r = s
         .post(
             "/nodes/pve1/qemu",
-            &[("vmid", "100"), ("scsi0", "local-lvm:0,import-from=local:iso/a.iso")],
+            &[
+                ("vmid", "100"),
+                ("scsi0", "local-lvm:0,import-from=local:iso/a.iso"),
+            ],
         )
         .await;
     assert_eq!(r.status, 400, "{r:?}");
@@ -250,7 +289,9 @@ async fn import_from_copies_an_import_volume_and_is_never_stored() {
 async fn a_create_form_disk_over_an_existing_volume_replaces_it() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
-    let r = s.put("/nodes/pve1/qemu/100/config", &[("scsi0", "local-lvm:16")]).await;
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("scsi0", "local-lvm:16")])
+        .await;
     assert_eq!(r.status, 200, "{r:?}");
     let cfg = s.config("100").await;
     assert_eq!(cfg["scsi0"], "local-lvm:vm-100-disk-1,size=16G");
@@ -262,14 +303,23 @@ async fn a_create_form_disk_over_an_existing_volume_replaces_it() {
 async fn a_cloudinit_create_form_over_an_existing_cloudinit_volume_fails() {
     let s = sim().await;
     s.create_vm("100", &[("ide2", "local-lvm:cloudinit")]).await;
-    assert_eq!(s.config("100").await["ide2"], "local-lvm:vm-100-cloudinit,media=cdrom");
+    assert_eq!(
+        s.config("100").await["ide2"],
+        "local-lvm:vm-100-cloudinit,media=cdrom"
+    );
     let upid = s
-        .post("/nodes/pve1/qemu/100/config", &[("ide2", "local-lvm:cloudinit")])
+        .post(
+            "/nodes/pve1/qemu/100/config",
+            &[("ide2", "local-lvm:cloudinit")],
+        )
         .await
         .upid();
     let status = s.wait(&upid).await;
     assert!(
-        status["exitstatus"].as_str().unwrap().contains("already exists"),
+        status["exitstatus"]
+            .as_str()
+            .unwrap()
+            .contains("already exists"),
         "{status}"
     );
 }
@@ -278,7 +328,10 @@ async fn a_cloudinit_create_form_over_an_existing_cloudinit_volume_fails() {
 async fn starting_a_running_vm_fails_in_the_task() {
     let s = sim().await;
     s.create_vm("100", &[("start", "1")]).await;
-    let upid = s.post("/nodes/pve1/qemu/100/status/start", &[]).await.upid();
+    let upid = s
+        .post("/nodes/pve1/qemu/100/status/start", &[])
+        .await
+        .upid();
     let status = s.wait(&upid).await;
     assert_eq!(status["exitstatus"], "VM 100 already running");
 }
@@ -295,13 +348,19 @@ async fn stopping_a_stopped_vm_is_ok() {
 async fn start_and_shutdown_change_the_status() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
-    let upid = s.post("/nodes/pve1/qemu/100/status/start", &[]).await.upid();
+    let upid = s
+        .post("/nodes/pve1/qemu/100/status/start", &[])
+        .await
+        .upid();
     assert!(upid.contains(":qmstart:100:"));
     s.wait_ok(&upid).await;
     let cur = s.get("/nodes/pve1/qemu/100/status/current").await;
     assert_eq!(cur.data()["status"], "running");
     assert_eq!(cur.data()["qmpstatus"], "running");
-    let upid = s.post("/nodes/pve1/qemu/100/status/shutdown", &[]).await.upid();
+    let upid = s
+        .post("/nodes/pve1/qemu/100/status/shutdown", &[])
+        .await
+        .upid();
     s.wait_ok(&upid).await;
     let cur = s.get("/nodes/pve1/qemu/100/status/current").await;
     assert_eq!(cur.data()["status"], "stopped");
@@ -315,7 +374,10 @@ async fn delete_is_refused_while_running_or_protected() {
     assert_eq!(r.message(), "VM 100 is running - destroy failed\n");
     s.create_vm("101", &[("protection", "1")]).await;
     let r = s.delete("/nodes/pve1/qemu/101", &[]).await;
-    assert_eq!(r.message(), "can't remove VM 101 - protection mode enabled\n");
+    assert_eq!(
+        r.message(),
+        "can't remove VM 101 - protection mode enabled\n"
+    );
 }
 
 #[tokio::test]
@@ -354,16 +416,26 @@ async fn template_conversion_renames_disks_to_base_and_keeps_the_cloudinit_name(
     assert_eq!(cfg["scsi0"], "local-lvm:base-100-disk-0,size=8G");
     assert_eq!(cfg["ide2"], "local-lvm:vm-100-cloudinit,media=cdrom");
     let again = s.post("/nodes/pve1/qemu/100/template", &[]).await;
-    assert_eq!(again.message(), "you can't convert a template to a template\n");
-    let upid = s.post("/nodes/pve1/qemu/100/status/start", &[]).await.upid();
+    assert_eq!(
+        again.message(),
+        "you can't convert a template to a template\n"
+    );
+    let upid = s
+        .post("/nodes/pve1/qemu/100/status/start", &[])
+        .await
+        .upid();
     let status = s.wait(&upid).await;
-    assert_eq!(status["exitstatus"], "you can't start a vm if it's a template");
+    assert_eq!(
+        status["exitstatus"],
+        "you can't start a vm if it's a template"
+    );
 }
 
 #[tokio::test]
 async fn a_full_clone_copies_the_config_except_name_and_template_with_new_identity() {
     let s = sim().await;
-    s.create_vm("100", &[("ciuser", "admin"), ("tags", "proxops")]).await;
+    s.create_vm("100", &[("ciuser", "admin"), ("tags", "proxops")])
+        .await;
     let upid = s.post("/nodes/pve1/qemu/100/template", &[]).await.upid();
     s.wait_ok(&upid).await;
     let src = s.config("100").await;
@@ -394,15 +466,22 @@ async fn a_full_clone_copies_the_config_except_name_and_template_with_new_identi
 #[tokio::test]
 async fn clone_rejects_missing_sources_and_taken_ids() {
     let s = sim().await;
-    let r = s.post("/nodes/pve1/qemu/100/clone", &[("newid", "101")]).await;
+    let r = s
+        .post("/nodes/pve1/qemu/100/clone", &[("newid", "101")])
+        .await;
     assert_eq!(
         r.message(),
         "unable to find configuration file for VM 100 on node 'pve1'\n"
     );
     s.create_vm("100", &[]).await;
     s.create_vm("101", &[]).await;
-    let r = s.post("/nodes/pve1/qemu/100/clone", &[("newid", "101")]).await;
-    assert_eq!(r.message(), "unable to create VM 101: config file already exists\n");
+    let r = s
+        .post("/nodes/pve1/qemu/100/clone", &[("newid", "101")])
+        .await;
+    assert_eq!(
+        r.message(),
+        "unable to create VM 101: config file already exists\n"
+    );
 }
 
 #[tokio::test]
@@ -410,11 +489,16 @@ async fn the_clone_source_is_locked_while_cloning() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
     let _upid = s
-        .post("/nodes/pve1/qemu/100/clone", &[("newid", "101"), ("full", "1")])
+        .post(
+            "/nodes/pve1/qemu/100/clone",
+            &[("newid", "101"), ("full", "1")],
+        )
         .await
         .upid();
     // The test lock timeout (300 ms) is longer than the task (40 ms): the write waits.
-    let r = s.put("/nodes/pve1/qemu/100/config", &[("cores", "2")]).await;
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("cores", "2")])
+        .await;
     assert_eq!(r.status, 200, "{r:?}");
     let reqs = s.sim.control().requests();
     assert!(reqs.counters["PUT /nodes/{node}/qemu/{vmid}/config"] >= 1);
@@ -425,14 +509,23 @@ async fn resize_grows_and_refuses_to_shrink() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
     let upid = s
-        .put("/nodes/pve1/qemu/100/resize", &[("disk", "scsi0"), ("size", "+2G")])
+        .put(
+            "/nodes/pve1/qemu/100/resize",
+            &[("disk", "scsi0"), ("size", "+2G")],
+        )
         .await
         .upid();
     assert!(upid.contains(":resize:100:"));
     s.wait_ok(&upid).await;
-    assert_eq!(s.config("100").await["scsi0"], "local-lvm:vm-100-disk-0,size=10G");
+    assert_eq!(
+        s.config("100").await["scsi0"],
+        "local-lvm:vm-100-disk-0,size=10G"
+    );
     let upid = s
-        .put("/nodes/pve1/qemu/100/resize", &[("disk", "scsi0"), ("size", "4G")])
+        .put(
+            "/nodes/pve1/qemu/100/resize",
+            &[("disk", "scsi0"), ("size", "4G")],
+        )
         .await
         .upid();
     let status = s.wait(&upid).await;
@@ -448,7 +541,10 @@ async fn the_guest_agent_answers_when_configured_and_running() {
     s.create_vm("101", &[("agent", "1")]).await;
     let r = s.post("/nodes/pve1/qemu/101/agent/ping", &[]).await;
     assert_eq!(r.message(), "VM 101 is not running\n");
-    let upid = s.post("/nodes/pve1/qemu/101/status/start", &[]).await.upid();
+    let upid = s
+        .post("/nodes/pve1/qemu/101/status/start", &[])
+        .await
+        .upid();
     s.wait_ok(&upid).await;
     let r = s.post("/nodes/pve1/qemu/101/agent/ping", &[]).await;
     assert_eq!(r.body, serde_json::json!({"data": {"result": {}}}));

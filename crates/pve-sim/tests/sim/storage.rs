@@ -14,7 +14,10 @@ async fn content_lists_guest_volumes_with_vmid_and_filters_by_content() {
     assert_eq!(vol["size"], 8u64 << 30);
     assert_eq!(vol["vmid"], 100);
     let iso = s
-        .get_q("/nodes/pve1/storage/local-lvm/content", &[("content", "iso")])
+        .get_q(
+            "/nodes/pve1/storage/local-lvm/content",
+            &[("content", "iso")],
+        )
         .await;
     assert_eq!(iso.data().as_array().unwrap().len(), 0);
 }
@@ -47,7 +50,10 @@ async fn one_volume_can_be_read_and_deleted() {
     assert_eq!(r.data()["size"], 1000);
     assert_eq!(r.data()["path"], "/var/lib/vz/template/iso/boot.iso");
     let upid = s
-        .delete("/nodes/pve1/storage/local/content/local%3Aiso%2Fboot.iso", &[])
+        .delete(
+            "/nodes/pve1/storage/local/content/local%3Aiso%2Fboot.iso",
+            &[],
+        )
         .await
         .upid();
     assert!(upid.contains(":imgdel:local:"), "{upid}");

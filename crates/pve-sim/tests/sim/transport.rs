@@ -13,7 +13,10 @@ async fn https_serves_a_self_signed_certificate_with_the_printed_fingerprint() {
     .await;
     let fp = s.sim.fingerprint().unwrap().to_string();
     assert_eq!(fp.len(), 32 * 3 - 1);
-    assert!(fp.chars().all(|c| c == ':' || c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
+    assert!(
+        fp.chars()
+            .all(|c| c == ':' || c.is_ascii_hexdigit() && !c.is_ascii_lowercase())
+    );
     assert!(s.base.starts_with("https://127.0.0.1:"));
     install_provider();
     let client = reqwest::Client::builder()
@@ -47,7 +50,9 @@ fn proxops_fingerprint(der: &[u8]) -> String {
 #[tokio::test]
 async fn unknown_paths_and_methods_answer_501_not_implemented() {
     let s = sim().await;
-    let r = s.post("/nodes/pve1/lxc/100/config", &[("memory", "512")]).await;
+    let r = s
+        .post("/nodes/pve1/lxc/100/config", &[("memory", "512")])
+        .await;
     assert_eq!(r.status, 501);
     assert_eq!(
         r.message(),
@@ -55,7 +60,10 @@ async fn unknown_paths_and_methods_answer_501_not_implemented() {
     );
     let r = s.post("/nodes/pve1/qemu/100/resize", &[]).await;
     assert_eq!(r.status, 501);
-    assert_eq!(s.get("/nodes/pve1/storage/local/download-url").await.status, 501);
+    assert_eq!(
+        s.get("/nodes/pve1/storage/local/download-url").await.status,
+        501
+    );
 }
 
 #[tokio::test]
@@ -67,7 +75,10 @@ async fn invalid_parameters_answer_400_with_errors_keyed_by_parameter() {
     assert_eq!(r.status, 400, "{r:?}");
     assert_eq!(r.message(), "Parameter verification failed.\n");
     assert_eq!(r.body["data"], serde_json::Value::Null);
-    assert_eq!(r.error("start"), "type check ('boolean') failed - got 'true'");
+    assert_eq!(
+        r.error("start"),
+        "type check ('boolean') failed - got 'true'"
+    );
 }
 
 #[tokio::test]
