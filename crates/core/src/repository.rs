@@ -123,6 +123,7 @@ pub fn load(files: &BTreeMap<String, String>) -> Loaded {
     let mut repository = Repository {
         files,
         parsed: BTreeMap::new(),
+        uses: BTreeMap::new(),
     };
     let is_composition = repository
         .files
@@ -140,7 +141,10 @@ pub fn load(files: &BTreeMap<String, String>) -> Loaded {
 /// The files being loaded and what parsing them found, each file parsed at most once.
 struct Repository<'a> {
     files: BTreeMap<&'a str, &'a str>,
+    /// Parsed files that another cluster still lists.
     parsed: BTreeMap<&'a str, ParsedFile>,
+    /// How many clusters still have to check each file; absent means one (plain mode).
+    uses: BTreeMap<&'a str, usize>,
 }
 
 /// What checking one set of manifest files found, before cluster names are attached.
@@ -208,9 +212,21 @@ impl<'a> Repository<'a> {
         let mut states = Vec::new();
         // A diagnostic between resources, keyed by its text, with the clusters that raised it.
         let mut cross: BTreeMap<Diagnostic, Vec<&str>> = BTreeMap::new();
-        for &cluster in &clusters {
-            let mut cluster_diagnostics = check_cluster_name(cluster);
-            let files = self.composition(cluster, &mut cluster_diagnostics);
+        // Read every composition first, so each file knows how many clusters still need it.
+        let compositions: Vec<(&str, Vec<Diagnostic>, Vec<&'a str>)> = clusters
+            .iter()
+            .map(|&cluster| {
+                let mut cluster_diagnostics = check_cluster_name(cluster);
+                let files = self.composition(cluster, &mut cluster_diagnostics);
+                (cluster, cluster_diagnostics, files)
+            })
+            .collect();
+        for (_, _, files) in &compositions {
+            for &path in files {
+                *self.uses.entry(path).or_default() += 1;
+            }
+        }
+        for (cluster, cluster_diagnostics, files) in compositions {
             let checked = self.check(Some(cluster), &files);
             let is_valid = !cluster_diagnostics.iter().any(Diagnostic::is_error);
             diagnostics.extend(cluster_diagnostics);
@@ -389,13 +405,23 @@ impl<'a> Repository<'a> {
         let mut file_diagnostics = Vec::new();
         let mut resources = Vec::new();
         for &path in files {
-            let contents = self.files.get(path).copied().unwrap_or_default();
-            let parsed = self
-                .parsed
-                .entry(path)
-                .or_insert_with(|| parse_file(path, contents));
-            file_diagnostics.extend(parsed.diagnostics.iter().cloned());
-            resources.extend(parsed.resources.iter().cloned());
+            let remaining = self.uses.get_mut(path).map_or(0, |uses| {
+                *uses = uses.saturating_sub(1);
+                *uses
+            });
+            // The last cluster to need a file takes its resources instead of copying them.
+            let parsed = match self.parsed.remove(path) {
+                Some(parsed) => parsed,
+                None => parse_file(path, self.files.get(path).copied().unwrap_or_default()),
+            };
+            if remaining == 0 {
+                file_diagnostics.extend(parsed.diagnostics);
+                resources.extend(parsed.resources);
+            } else {
+                file_diagnostics.extend(parsed.diagnostics.iter().cloned());
+                resources.extend(parsed.resources.iter().cloned());
+                self.parsed.insert(path, parsed);
+            }
         }
         // Cross-resource checks and cycles run even when a file has errors, so one run reports
         // everything; the parser keeps every resource that has an identity.
@@ -539,6 +565,14 @@ fn to_usize(n: u64) -> usize {
 mod tests {
     use super::*;
 
+    /// A valid ISO manifest.
+    fn iso(name: &str) -> String {
+        format!(
+            "apiVersion: proxops/v1alpha1\nkind: ISO\nmetadata:\n  name: {name}\nspec:\n  nodes: \
+             [pve1]\n  storage: local\n  filename: {name}.iso\n  url: https://example.org/{name}.iso\n"
+        )
+    }
+
     /// A repository; [`MANIFEST`] stands for a valid ISO named after the file.
     fn repo(files: &[(&str, &str)]) -> BTreeMap<String, String> {
         files
@@ -546,12 +580,7 @@ mod tests {
             .map(|(path, contents)| {
                 let contents = if *contents == MANIFEST {
                     let file = path.rsplit('/').next().unwrap_or_default();
-                    let name = file.split('.').next().unwrap_or_default();
-                    format!(
-                        "apiVersion: proxops/v1alpha1\nkind: ISO\nmetadata:\n  name: {name}\nspec:\n  \
-                         nodes: [pve1]\n  storage: local\n  filename: {name}.iso\n  url: \
-                         https://example.org/{name}.iso\n"
-                    )
+                    iso(file.split('.').next().unwrap_or_default())
                 } else {
                     (*contents).to_owned()
                 };
@@ -718,6 +747,73 @@ mod tests {
             d.message
         );
         assert!(loaded.states.is_empty());
+    }
+
+    #[test]
+    fn base_file_shared_by_two_clusters_is_part_of_both() {
+        let loaded = load(&repo(&[
+            (
+                "clusters/a/resources.yaml",
+                "- ../../iso/base/netinst.yaml\n- ../../iso/a/tools.yaml\n",
+            ),
+            (
+                "clusters/b/resources.yaml",
+                "- ../../iso/base/netinst.yaml\n",
+            ),
+            ("iso/base/netinst.yaml", MANIFEST),
+            ("iso/a/tools.yaml", MANIFEST),
+        ]));
+        assert_eq!(rendered(&loaded), Vec::<String>::new());
+        let a = loaded.state(Some("a")).expect("a is valid");
+        let b = loaded.state(Some("b")).expect("b is valid");
+        assert_eq!(a.manifest.len(), 2);
+        assert_eq!(b.manifest.len(), 1);
+        assert_eq!(b.levels, [vec![ResourceId::new(Kind::Iso, "netinst")]]);
+    }
+
+    #[test]
+    fn problem_between_resources_names_the_clusters_it_is_in() {
+        let duplicate = iso("netinst");
+        let loaded = load(&repo(&[
+            (
+                "clusters/a/resources.yaml",
+                "- ../../iso/base/netinst.yaml\n",
+            ),
+            (
+                "clusters/b/resources.yaml",
+                "- ../../iso/base/netinst.yaml\n- ../../iso/b/copy.yaml\n",
+            ),
+            ("iso/base/netinst.yaml", MANIFEST),
+            ("iso/b/copy.yaml", &duplicate),
+        ]));
+        assert_eq!(
+            rendered(&loaded),
+            [
+                "iso/base/netinst.yaml:4:9: error: metadata.name: duplicate ISO `netinst`: already declared \
+              at iso/b/copy.yaml:4:9 (in cluster `b`)\n  help: names are unique per kind; \
+              rename one of the two ISOs"
+            ]
+        );
+        assert_eq!(loaded.states.len(), 1);
+        assert!(loaded.state(Some("a")).is_some());
+    }
+
+    #[test]
+    fn edges_never_resolve_across_clusters() {
+        let web = "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata:\n  name: web\n  annotations:\n    \
+                   proxops/depends-on: \"ISO:tools\"\nspec:\n  node: pve1\n  vmid: 100\n  memory: 1GiB\n  \
+                   cpu: {type: host, cores: 1}\n  disks: [{storage: local-lvm, size: 8GiB}]\n";
+        let loaded = load(&repo(&[
+            ("clusters/a/resources.yaml", "- ../../iso/a/tools.yaml\n"),
+            ("clusters/b/resources.yaml", "- ../../vm/b/web.yaml\n"),
+            ("iso/a/tools.yaml", MANIFEST),
+            ("vm/b/web.yaml", web),
+        ]));
+        let errors = rendered(&loaded);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("depends-on target `ISO/tools` does not exist (in cluster `b`)")
+        );
     }
 
     #[test]
