@@ -10,6 +10,7 @@
 //! - [`desired`]: [`Manifest`], one cluster's resources checked against each other.
 //! - [`graph`]: [`DependencyGraph`], dependency levels and cycles.
 //! - [`repository`]: [`load`], a repository's files → layout, one desired state per cluster.
+//! - [`schema`]: a JSON Schema of the manifest format, derived from the parser's raw types.
 #![warn(missing_docs)]
 
 pub mod diagnostic;
@@ -18,6 +19,7 @@ pub mod manifest;
 pub mod desired;
 pub mod graph;
 pub mod repository;
+pub mod schema;
 
 pub use desired::Manifest;
 pub use graph::DependencyGraph;

@@ -552,41 +552,7 @@ fn check_nics(ck: &mut Checker<'_>, list: &[RawLxcNic]) -> Option<Vec<LxcNic>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::testing::{assert_errors, doc, errors, spec, valid};
-
-    /// An LXC using every key of the format.
-    pub(crate) const FULL_LXC: &str = r#"apiVersion: proxops/v1alpha1
-kind: LXC
-metadata:
-  name: db-1
-  labels: {team: data}
-spec:
-  node: pve2
-  vmid: 201
-  state: stopped
-  template: debian-13
-  memory: 1GiB
-  swap: 512MiB
-  cpu: {cores: 2, units: 1024}
-  root: {storage: local-lvm, size: 8GiB}
-  mount-points:
-    - storage: local-lvm
-      size: 16GiB
-      mount-point: /var/lib/postgresql
-      slot: mp0
-      options: {read-only: false, backup: true, acl: true, quota: false, shared: false, mount-options: noatime}
-  bind-mounts:
-    - {host-path: /tank/backups, mount-point: /backups, read-only: true}
-  networks:
-    - {bridge: vmbr0, iface: eth0, type: veth, tag: 20, hwaddr: "BC:24:11:00:00:02", rate-limit: 50, firewall: true, ip: 10.0.0.20/24, gw: 10.0.0.1, slot: net0}
-    - {bridge: vmbr1, ip: dhcp}
-  dns: {hostname: db-1.lab, nameservers: [10.0.0.1], domain: lab.example}
-  arch: amd64
-  options: {unprivileged: true, protection: false, onboot: true, console: true, nesting: true, keyctl: false, fuse: false, startup: "order=2", ttys: 2}
-  pve-description: database
-  tags: [db]
-  extra: {cmode: tty}
-"#;
+    use crate::manifest::testing::{FULL_LXC, assert_errors, doc, errors, spec, valid};
 
     fn lxc(spec: &str) -> String {
         doc("LXC", "db-1", spec)

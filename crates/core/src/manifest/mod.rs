@@ -31,7 +31,7 @@ mod metadata;
 mod quantity;
 pub(crate) mod raw;
 mod vm;
-mod yaml;
+pub(crate) mod yaml;
 
 pub use artifact::{ArtifactSpec, Checksum, content_type, extensions};
 pub use choice::{

@@ -67,9 +67,29 @@ pub(crate) struct RawMetadata {
     )]
     pub(crate) namespace: Option<String>,
     /// Informational labels.
+    #[schemars(with = "Option<BTreeMap<String, ScalarText>>")]
     pub(crate) labels: Option<BTreeMap<String, String>>,
     /// `proxops/depends-on`, `proxops/drift`, `proxops/adopt`, `proxops/restart`, and any others.
+    #[schemars(with = "Option<BTreeMap<String, ScalarText>>")]
     pub(crate) annotations: Option<BTreeMap<String, String>>,
+}
+
+/// A map value as the schema describes it: the parser reads any scalar as its text, so
+/// `balloon: 0` and `proxops/adopt: true` are accepted where a string is expected.
+pub(crate) struct ScalarText;
+
+impl JsonSchema for ScalarText {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ScalarText".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": ["string", "number", "boolean"] })
+    }
 }
 
 /// A quantity as written: a bare integer (bytes) or a number with a unit (`8GiB`, `512M`).
@@ -135,6 +155,7 @@ pub(crate) struct RawVmSpec {
     /// PVE tags; `proxops` is added.
     pub(crate) tags: Option<Vec<String>>,
     /// Further PVE config keys, sent verbatim.
+    #[schemars(with = "Option<BTreeMap<String, ScalarText>>")]
     pub(crate) extra: Option<BTreeMap<String, String>>,
     /// A TemplateVM on the same node to full-clone from.
     pub(crate) clone: Option<String>,
@@ -397,6 +418,7 @@ pub(crate) struct RawLxcSpec {
     /// PVE tags; `proxops` is added.
     pub(crate) tags: Option<Vec<String>>,
     /// Further PVE config keys, sent verbatim.
+    #[schemars(with = "Option<BTreeMap<String, ScalarText>>")]
     pub(crate) extra: Option<BTreeMap<String, String>>,
 }
 

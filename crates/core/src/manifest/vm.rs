@@ -1092,71 +1092,8 @@ fn check_cloud_init_data(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::testing::{assert_errors, doc, errors, parse, spec, valid};
+    use crate::manifest::testing::{FULL_VM, assert_errors, doc, errors, parse, spec, valid};
     use crate::manifest::{Location, Placement};
-
-    /// A VM using every key of the format.
-    pub(crate) const FULL_VM: &str = r#"apiVersion: proxops/v1alpha1
-kind: VM
-metadata:
-  name: web-1
-  namespace: default
-  labels: {team: web}
-  annotations:
-    proxops/depends-on: "LXC:db-1, iso:netinst"
-    proxops/drift: report
-    proxops/adopt: "true"
-    proxops/restart: on-change
-spec:
-  node: pve1
-  vmid: 101
-  state: started
-  memory: 4GiB
-  cpu: {type: host, cores: 2, flags: [+aes]}
-  disks:
-    - {storage: local-lvm, size: 32GiB, interface: scsi0, controller: virtio-scsi-single, iothread: true, discard: on, ssd: true, aio: io_uring}
-    - {storage: local-lvm, image: debian-cloud, size: 40GiB, interface: virtio1}
-  networks:
-    - {model: virtio, bridge: vmbr0, mac: "BC:24:11:00:00:01", vlan: 20, rate-limit: 100, firewall: true, slot: net0}
-    - {bridge: vmbr1}
-  hardware:
-    machine: q35
-    bios: ovmf
-    display: std
-    sockets: 1
-    numa: false
-    serial0: socket
-    cdrom: {iso: netinst, media: cdrom}
-    efi-disk: {storage: local-lvm, size: 4MiB, template: 4m, secure-boot: enabled}
-    cloud-init: {enabled: true, storage: local-lvm, size: 4M}
-    tpm: {storage: local-lvm, version: v2.0}
-    pci-devices:
-      - {slot: hostpci0, device: "0000:01:00.0", pcie: true}
-  options:
-    onboot: true
-    startup: order=1
-    protection: false
-    agent: true
-    acpi: true
-    tablet: false
-    hotplug: [disk, network]
-    boot-order: [scsi0, ide3, net0]
-    hidden: false
-    nested-virt: true
-  cloud-init-data:
-    ci-user: debian
-    ssh-keys: ["ssh-ed25519 AAAAC3Nza user@host"]
-    ci-password-ref: cloud-init.passwords.default
-    nameservers: [10.0.0.1]
-    search-domains: [lab.example]
-    ipconfigs:
-      - {nic: 0, ip: 10.0.0.10/24, gateway: 10.0.0.1}
-      - {nic: 1, ip: dhcp}
-  pve-name: web-1.lab
-  pve-description: the web server
-  tags: [web, prod]
-  extra: {args: "-cpu host", balloon: 0}
-"#;
 
     fn vm(spec: &str) -> String {
         doc("VM", "web-1", spec)

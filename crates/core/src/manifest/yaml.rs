@@ -10,7 +10,8 @@
 //! thousand nodes; nesting deeper than [`MAX_DEPTH`] stops the document too. A syntax error or
 //! an exhausted budget abandons that document only; the next `---` starts afresh.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 
 use serde_saphyr::granit_parser::{self, Event, Marker, Parser, ScalarStyle, ScanError};
 
@@ -481,11 +482,21 @@ impl<'p> Builder<'p> {
                 )),
             }
         }
-        let mut seen: HashMap<String, ()> = HashMap::with_capacity(own.len());
-        let mut result = Vec::with_capacity(own.len() + merged.len());
+        // Most mappings are small: compare keys in place rather than hashing copies of them.
+        let mut result: Vec<(Node, Node)> = Vec::with_capacity(own.len() + merged.len());
+        let mut seen: HashSet<String> = HashSet::new();
+        let large = own.len() + merged.len() > 16;
+        let mut is_new = |result: &[(Node, Node)], key: &Node| {
+            let text = key_text(key);
+            if large {
+                seen.insert(text.into_owned())
+            } else {
+                !result.iter().any(|(k, _)| key_text_eq(k, &text))
+            }
+        };
         for (key, value) in own {
-            let text = key_text(&key);
-            if seen.insert(text.clone(), ()).is_some() {
+            if !is_new(&result, &key) {
+                let text = key_text(&key);
                 let problem = self
                     .error(key.location, format!("duplicate key `{text}`"))
                     .with_help("a key may appear once per mapping; remove one of them");
@@ -495,7 +506,7 @@ impl<'p> Builder<'p> {
             result.push((key, value));
         }
         for (key, value) in merged {
-            if seen.insert(key_text(&key), ()).is_none() {
+            if is_new(&result, &key) {
                 result.push((key, value));
             }
         }
@@ -543,13 +554,21 @@ impl<'p> Builder<'p> {
     }
 }
 
-/// A key as text; non-scalar keys never match a field and are reported by the decoder.
-fn key_text(key: &Node) -> String {
+/// Whether `key` reads as `text`.
+fn key_text_eq(key: &Node, text: &str) -> bool {
     match &key.value {
-        Value::Scalar { text, .. } => text.clone(),
-        Value::Null => "~".to_owned(),
-        Value::Seq(_) => "[...]".to_owned(),
-        Value::Map(_) => "{...}".to_owned(),
+        Value::Scalar { text: t, .. } => t == text,
+        _ => key_text(key) == text,
+    }
+}
+
+/// A key as text; non-scalar keys never match a field and are reported by the decoder.
+fn key_text(key: &Node) -> Cow<'_, str> {
+    match &key.value {
+        Value::Scalar { text, .. } => Cow::Borrowed(text),
+        Value::Null => Cow::Borrowed("~"),
+        Value::Seq(_) => Cow::Borrowed("[...]"),
+        Value::Map(_) => Cow::Borrowed("{...}"),
     }
 }
 
