@@ -496,6 +496,11 @@ async fn handle(
             params.remove(k);
         }
     }
+    // pveproxy forwards `proxyto: node` calls before the handler validates anything: an
+    // unknown node fails the DNS lookup, an offline one the connection (595).
+    if let Some(node) = path_params.get("node") {
+        proxy_check(shared, node).map_err(fail)?;
+    }
     if shared.settings.validate {
         check_schema(method, rel, &params).map_err(fail)?;
     }
@@ -514,6 +519,18 @@ async fn handle(
         Ok(reply) => Ok((caller, reply)),
         Err(e) => Err((caller, e)),
     }
+}
+
+fn proxy_check(shared: &Shared, node: &str) -> ApiResult<()> {
+    let cluster = shared.cluster();
+    if !cluster.node(node)?.online {
+        return Err(ApiError::Proxy {
+            status: 595,
+            reason: "Errors during connection establishment, proxy handshake: No route to host"
+                .to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Whether the schema lets API tokens call this endpoint (`allowtoken`).

@@ -96,3 +96,95 @@ async fn pools_are_created_listed_and_hold_guests() {
     let del = s.delete("/pools/lab", &[]).await;
     assert_eq!(del.message(), "pool 'lab' is not empty (contains VM 100)\n");
 }
+
+#[tokio::test]
+async fn an_offline_node_answers_595_with_an_empty_body() {
+    let mut seed = proxops_pve_sim::Seed::default();
+    seed.nodes[2].online = false;
+    let s = crate::sim_with(proxops_pve_sim::SimConfig {
+        seed,
+        tls: false,
+        ..proxops_pve_sim::SimConfig::default()
+    })
+    .await;
+    let r = s.get("/nodes/pve3/qemu").await;
+    assert_eq!(r.status, 595);
+    assert_eq!(r.text, "");
+    let nodes = s.get("/nodes").await;
+    assert_eq!(nodes.data()[2]["status"], "offline");
+}
+
+#[tokio::test]
+async fn a_toml_seed_file_defines_storages_users_files_and_guests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seed.toml");
+    std::fs::write(
+        &path,
+        r#"
+cluster_name = "lab"
+pools = ["lab"]
+
+[[nodes]]
+name = "alpha"
+
+[[storages]]
+storage = "local"
+type = "dir"
+content = ["iso", "vztmpl", "import"]
+
+[[storages]]
+storage = "tank"
+type = "zfspool"
+content = ["images", "rootdir"]
+
+[[users]]
+userid = "ci@pve"
+tokens = [{ id = "deploy", secret = "s3cret" }]
+
+[[volumes]]
+node = "alpha"
+volid = "local:iso/debian-13.iso"
+size = 4096
+
+[[guests]]
+vmid = 100
+type = "qemu"
+node = "alpha"
+running = true
+config = { name = "web", memory = "2048", scsi0 = "tank:vm-100-disk-0,size=8G" }
+"#,
+    )
+    .unwrap();
+    let seed = proxops_pve_sim::Seed::from_file(&path).unwrap();
+    let mut s = crate::sim_with(proxops_pve_sim::SimConfig {
+        seed,
+        tls: false,
+        ..proxops_pve_sim::SimConfig::default()
+    })
+    .await;
+    s.auth = Some("PVEAPIToken=ci@pve!deploy=s3cret".to_string());
+    let iso = s.get("/nodes/alpha/storage/local/content").await;
+    assert_eq!(iso.data()[0]["volid"], "local:iso/debian-13.iso");
+    let vm = s.get("/nodes/alpha/qemu/100/status/current").await;
+    assert_eq!(vm.data()["status"], "running");
+    assert_eq!(vm.data()["maxdisk"], 8u64 << 30);
+    let tank = s.get("/nodes/alpha/storage/tank/content").await;
+    assert_eq!(tank.data()[0]["volid"], "tank:vm-100-disk-0");
+    assert_eq!(s.get("/pools").await.data()[0]["poolid"], "lab");
+}
+
+#[tokio::test]
+async fn a_json_seed_with_an_unknown_node_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seed.json");
+    std::fs::write(
+        &path,
+        r#"{"nodes":[{"name":"a"}],"storages":[],"volumes":[{"node":"b","volid":"local:iso/x.iso"}]}"#,
+    )
+    .unwrap();
+    let err = proxops_pve_sim::Seed::from_file(&path).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid seed: volume 'local:iso/x.iso' names unknown node 'b'"
+    );
+}
