@@ -308,3 +308,66 @@ pub(super) fn pool_delete(ctx: &Ctx) -> ApiResult {
     cluster.pools.remove(&id);
     Ok(Value::Null)
 }
+
+/// `PUT /pools` (and the older `PUT /pools/{poolid}`): comment, add or remove guests.
+pub(super) fn pool_update(ctx: &Ctx) -> ApiResult {
+    let id = ctx.params.required("poolid")?.to_string();
+    let remove = ctx.params.flag("delete").unwrap_or(false);
+    let allow_move = ctx.params.flag("allow-move").unwrap_or(false);
+    let vms: Vec<u32> = ctx
+        .params
+        .get("vms")
+        .map(|v| {
+            v.split([',', ';', ' '])
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    s.parse::<u32>().map_err(|_| {
+                        ApiError::param(
+                            "vms",
+                            format!("value '{s}' does not look like a valid VM ID"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let mut cluster = ctx.shared.cluster();
+    if !cluster.pools.contains_key(&id) {
+        return Err(ApiError::die(format!("pool '{id}' does not exist")));
+    }
+    for vmid in &vms {
+        if !cluster.guests.contains_key(vmid) {
+            return Err(ApiError::die(format!("VM {vmid} does not exist")));
+        }
+        if !remove
+            && let Some(other) = cluster.pool_of(*vmid)
+            && other != id
+            && !allow_move
+        {
+            return Err(ApiError::die(format!(
+                "VM {vmid} belongs already to pool '{other}'"
+            )));
+        }
+    }
+    for vmid in vms {
+        if remove {
+            if let Some(p) = cluster.pools.get_mut(&id) {
+                p.vms.remove(&vmid);
+            }
+        } else {
+            for p in cluster.pools.values_mut() {
+                p.vms.remove(&vmid);
+            }
+            if let Some(p) = cluster.pools.get_mut(&id) {
+                p.vms.insert(vmid);
+            }
+        }
+    }
+    if let Some(c) = ctx.params.get("comment")
+        && let Some(p) = cluster.pools.get_mut(&id)
+    {
+        p.comment = Some(c.to_string());
+    }
+    Ok(Value::Null)
+}

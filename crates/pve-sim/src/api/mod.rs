@@ -159,6 +159,7 @@ enum Endpoint {
     PoolCreate,
     PoolGet,
     PoolDelete,
+    PoolUpdate,
     Permissions,
     TicketGet,
     TicketPost,
@@ -186,6 +187,11 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
         ("GET", ["nodes"]) => E::Nodes,
         ("GET", ["pools"]) => E::PoolList,
         ("POST", ["pools"]) => E::PoolCreate,
+        ("PUT", ["pools"]) => E::PoolUpdate,
+        ("PUT", ["pools", id]) => {
+            put("poolid", id);
+            E::PoolUpdate
+        }
         ("GET", ["pools", id]) => {
             put("poolid", id);
             E::PoolGet
@@ -281,6 +287,7 @@ async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
         E::PoolCreate => cluster::pool_create(ctx).map(Into::into),
         E::PoolGet => cluster::pool_get(ctx).map(Into::into),
         E::PoolDelete => cluster::pool_delete(ctx).map(Into::into),
+        E::PoolUpdate => cluster::pool_update(ctx).map(Into::into),
         E::Permissions => Ok(access::permissions(ctx).into()),
         E::TicketGet => Ok(Value::Null.into()),
         E::TicketPost => access::ticket(ctx).await.map(Into::into),

@@ -188,3 +188,21 @@ async fn a_json_seed_with_an_unknown_node_is_rejected() {
         "invalid seed: volume 'local:iso/x.iso' names unknown node 'b'"
     );
 }
+
+#[tokio::test]
+async fn guests_are_added_to_and_removed_from_pools() {
+    let s = sim().await;
+    s.post("/pools", &[("poolid", "lab")]).await;
+    s.create_vm("100", &[]).await;
+    let r = s.put("/pools", &[("poolid", "lab"), ("vms", "100")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let res = s.get_q("/cluster/resources", &[("type", "vm")]).await;
+    assert_eq!(res.data()[0]["pool"], "lab");
+    s.put(
+        "/pools",
+        &[("poolid", "lab"), ("vms", "100"), ("delete", "1")],
+    )
+    .await;
+    let r = s.get("/pools/lab").await;
+    assert_eq!(r.data()["members"].as_array().unwrap().len(), 0);
+}
