@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::diagnostic::Diagnostic;
-use crate::manifest::{Location, Placement, Reference, Resource};
+use crate::manifest::{Location, Placement, Reference, Resource, content_type};
 use crate::resource::{Kind, ResourceId};
 
 /// The validated desired state of one revision for one cluster, keyed by resource id.
@@ -21,6 +21,24 @@ pub struct Manifest {
 
 impl Manifest {
     /// Checks resources against each other and keeps them as one desired state.
+    ///
+    /// ```
+    /// use proxops_core::Manifest;
+    /// use proxops_core::manifest::parse_file;
+    ///
+    /// let vm = "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata: {name: web}\nspec:\n  \
+    ///           node: pve1\n  vmid: 100\n  memory: 1GiB\n  cpu: {type: host, cores: 1}\n  \
+    ///           hardware: {cdrom: {iso: netinst}}\n  disks: [{storage: local-lvm, size: 8GiB}]\n";
+    /// let parsed = parse_file("vm/web.yaml", vm);
+    /// assert!(parsed.diagnostics.is_empty());
+    ///
+    /// let errors = Manifest::from_parsed(parsed.resources).unwrap_err();
+    /// assert_eq!(
+    ///     errors[0].to_string(),
+    ///     "vm/web.yaml:9:27: error: spec.hardware.cdrom.iso: ISO `netinst` is not declared\n  \
+    ///      help: add a manifest for ISO `netinst`, or fix the name"
+    /// );
+    /// ```
     ///
     /// # Errors
     ///
@@ -104,7 +122,57 @@ impl Manifest {
                 diagnostics.extend(manifest.check_reference(resource, reference));
             }
         }
+        diagnostics.extend(manifest.check_artifact_files());
         (manifest, diagnostics)
+    }
+
+    /// Two artifacts that name the same file on the same node: whichever downloads first wins
+    /// and the other is then seen as present, so one manifest silently describes nothing.
+    /// A warning, because the Go program accepts it.
+    fn check_artifact_files(&self) -> Vec<Diagnostic> {
+        let mut artifacts: Vec<&Resource> = self.resources().collect();
+        artifacts.sort_by(|a, b| (&a.path, a.location).cmp(&(&b.path, b.location)));
+        let mut files: BTreeMap<(&str, &str, &str, &str), &Resource> = BTreeMap::new();
+        let mut diagnostics = Vec::new();
+        for resource in artifacts {
+            let Placement::Artifact {
+                nodes,
+                storage,
+                filename,
+            } = &resource.placement
+            else {
+                continue;
+            };
+            let content = content_type(resource.id.kind);
+            for node in nodes {
+                let key = (node.as_str(), storage.as_str(), content, filename.as_str());
+                match files.get(&key) {
+                    Some(first) if first.id != resource.id => {
+                        let volid = format!("{storage}:{content}/{filename}");
+                        diagnostics.push(
+                            error_at(
+                                resource,
+                                resource.location,
+                                "",
+                                format!(
+                                    "{volid} on node `{node}` is also declared by {} `{}` at {}",
+                                    first.id.kind,
+                                    first.id.name,
+                                    place(first, first.location)
+                                ),
+                            )
+                            .with_help("declare each file once and list every node in spec.nodes")
+                            .into_warning(),
+                        );
+                    }
+                    Some(_) => {}
+                    None => {
+                        files.insert(key, resource);
+                    }
+                }
+            }
+        }
+        diagnostics
     }
 
     /// The problem with one reference, if it has one.
@@ -341,6 +409,8 @@ pub(crate) mod fixture {
         fn depending_on(self, kind: Kind, name: &str) -> Self;
         /// Moves the resource to another file.
         fn in_file(self, path: &str) -> Self;
+        /// Sets an artifact's `spec.filename`.
+        fn with_filename(self, filename: &str) -> Self;
 
         fn with_iso(self, name: &str) -> Self {
             self.referencing(Kind::Iso, name, "spec.hardware.cdrom.iso")
@@ -383,6 +453,13 @@ pub(crate) mod fixture {
 
         fn in_file(mut self, path: &str) -> Self {
             path.clone_into(&mut self.path);
+            self
+        }
+
+        fn with_filename(mut self, name: &str) -> Self {
+            if let Placement::Artifact { filename, .. } = &mut self.placement {
+                name.clone_into(filename);
+            }
             self
         }
     }
@@ -535,6 +612,25 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert!(
             found[0].contains("spec.clone: TemplateVM `golden` is on node `pve1`, not on `pve2`")
+        );
+    }
+
+    #[test]
+    fn two_artifacts_naming_the_same_file_on_a_node_is_a_warning() {
+        let (manifest, diagnostics) = Manifest::check(vec![
+            iso("netinst", &["pve1", "pve2"]),
+            iso("installer", &["pve2"]).with_filename("netinst.iso"),
+            disk_image("netinst", &["pve2"]),
+        ]);
+        assert_eq!(manifest.len(), 3);
+        let rendered: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            rendered,
+            [
+                "iso/base/netinst.yaml:4:9: warning: local:iso/netinst.iso on node `pve2` is also \
+                 declared by ISO `installer` at iso/base/installer.yaml:4:9\n  help: declare each \
+                 file once and list every node in spec.nodes"
+            ]
         );
     }
 
