@@ -7,11 +7,13 @@
 //!
 //! Layout:
 //! - [`cli`]: one module per subcommand, each with a `run` function; exit codes.
+//! - [`config`]: agent.toml → validated `AgentConfig` (secrets from files).
 //! - [`output`]: the only place that prints (human text or JSON).
 //! - [`source`]: reading a revision's manifest files (a directory today, git later).
 //! - [`telemetry`]: logging set-up.
 
 pub mod cli;
+pub mod config;
 pub mod output;
 pub mod source;
 pub mod telemetry;

@@ -26,7 +26,11 @@ pub fn print_validation(report: &Report) {
     let errors = report.diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = report.diagnostics.len() - errors;
     for state in &report.states {
-        let prefix = state.cluster.as_ref().map(|c| format!("cluster {c}: ")).unwrap_or_default();
+        let prefix = state
+            .cluster
+            .as_ref()
+            .map(|c| format!("cluster {c}: "))
+            .unwrap_or_default();
         println!(
             "{prefix}{} resources in {} files, {} levels",
             state.resources, state.files, state.levels

@@ -60,7 +60,11 @@ pub fn run(args: &Args) -> anyhow::Result<Exit> {
     } else {
         output::print_validation(&report);
     }
-    Ok(if report.valid { Exit::Success } else { Exit::Failure })
+    Ok(if report.valid {
+        Exit::Success
+    } else {
+        Exit::Failure
+    })
 }
 
 fn validate(args: &Args) -> anyhow::Result<Report> {

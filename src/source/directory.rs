@@ -45,13 +45,18 @@ pub fn read_manifest_files(root: &Path) -> Result<BTreeMap<String, String>, Dire
         .into_iter()
         .filter_entry(|entry| entry.depth() == 0 || !is_hidden(entry.file_name()));
     for entry in walker {
-        let entry = entry.map_err(|source| DirectoryError::Walk { path: root.to_path_buf(), source })?;
+        let entry = entry.map_err(|source| DirectoryError::Walk {
+            path: root.to_path_buf(),
+            source,
+        })?;
         if !entry.file_type().is_file() || !is_manifest_name(entry.file_name()) {
             continue;
         }
         let path = entry.path();
-        let contents = std::fs::read_to_string(path)
-            .map_err(|source| DirectoryError::Read { path: path.to_path_buf(), source })?;
+        let contents = std::fs::read_to_string(path).map_err(|source| DirectoryError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         files.insert(relative_key(root, path), contents);
     }
     Ok(files)
@@ -91,7 +96,10 @@ mod tests {
         std::fs::write(root.join(".git/config.yaml"), "x").unwrap();
         std::fs::write(root.join("vm/.draft.yaml"), "x").unwrap();
         let files = read_manifest_files(root).unwrap();
-        assert_eq!(files.keys().collect::<Vec<_>>(), ["vm/base/a.yaml", "vm/base/b.yml"]);
+        assert_eq!(
+            files.keys().collect::<Vec<_>>(),
+            ["vm/base/a.yaml", "vm/base/b.yml"]
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@ use crate::support::{fixture, proxops, repo_root, stderr, stdout};
 fn validate_accepts_the_example_repository() {
     let out = proxops(&["validate", "examples"]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
-    assert_eq!(stdout(&out), "cluster homelab: 8 resources in 8 files, 3 levels\n");
+    assert_eq!(
+        stdout(&out),
+        "cluster homelab: 8 resources in 8 files, 3 levels\n"
+    );
     assert_eq!(stderr(&out), "");
 }
 
@@ -41,7 +44,13 @@ fn every_valid_fixture_validates() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let out = proxops(&["validate", path.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(0), "{}: {}", path.display(), stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            stderr(&out)
+        );
     }
 }
 
@@ -53,11 +62,20 @@ fn every_invalid_fixture_fails_with_its_snapshotted_diagnostics() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert!(names.len() >= 30, "one fixture per validation rule, found {}", names.len());
+    assert!(
+        names.len() >= 30,
+        "one fixture per validation rule, found {}",
+        names.len()
+    );
     for name in names {
         let rel = format!("tests/fixtures/invalid/{name}");
         let out = proxops(&["validate", &rel]);
-        assert_eq!(out.status.code(), Some(1), "{name} should be invalid: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name} should be invalid: {}",
+            stderr(&out)
+        );
         insta::with_settings!({ snapshot_path => repo_root().join("tests/snapshots"), prepend_module_to_snapshot => false }, {
             insta::assert_snapshot!(format!("invalid__{name}"), stderr(&out));
         });
@@ -69,11 +87,19 @@ fn schema_is_a_json_schema_document() {
     let out = proxops(&["schema"]);
     assert_eq!(out.status.code(), Some(0));
     let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(schema["$schema"].as_str().unwrap().contains("json-schema.org"));
+    assert!(
+        schema["$schema"]
+            .as_str()
+            .unwrap()
+            .contains("json-schema.org")
+    );
 }
 
 #[test]
 fn version_prints_the_package_version() {
     let out = proxops(&["--version"]);
-    assert_eq!(stdout(&out), format!("proxops {}\n", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        stdout(&out),
+        format!("proxops {}\n", env!("CARGO_PKG_VERSION"))
+    );
 }

@@ -11,6 +11,8 @@
 //! - [`graph`]: [`DependencyGraph`], dependency levels and cycles.
 //! - [`repository`]: [`load`], a repository's files → layout, one desired state per cluster.
 //! - [`schema`]: a JSON Schema of the manifest format, derived from the parser's raw types.
+//! - [`observed`]: [`observed::ObservedState`], what PVE reported, as plain data.
+//! - [`plan`]: [`plan::plan`], desired vs observed → levels of actions and findings.
 #![warn(missing_docs)]
 
 pub mod diagnostic;
@@ -20,6 +22,8 @@ pub mod desired;
 pub mod graph;
 pub mod repository;
 pub mod schema;
+pub mod observed;
+pub mod plan;
 
 pub use desired::Manifest;
 pub use graph::DependencyGraph;

@@ -1,0 +1,684 @@
+//! `agent.toml`: the raw file shape (serde) and the validated `AgentConfig` the code uses.
+//!
+//! Key names are fixed by DESIGN.md §5 and documented in `agent.toml.example`. Secrets are
+//! never inline: the file names paths, and the secrets are read from them into
+//! `SecretString`s that never print (not in `Debug`, logs or error text).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use proxops_core::plan::NodeScope;
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// Default `[pve] url`: the local node's API.
+pub const DEFAULT_PVE_URL: &str = "https://127.0.0.1:8006";
+/// Default `[pve] ca_file`: the cluster CA present on every PVE node.
+pub const DEFAULT_CA_FILE: &str = "/etc/pve/pve-root-ca.pem";
+/// Default `state_dir`.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/proxops";
+/// Default `[http] listen` (the Go ProxOps port).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9494";
+/// Default `[source] branch`.
+pub const DEFAULT_BRANCH: &str = "main";
+/// Default `[source] poll`.
+pub const DEFAULT_POLL: &str = "60s";
+/// Default `[policy] max_prune`.
+pub const DEFAULT_MAX_PRUNE: u32 = 3;
+/// Default `[policy] concurrency_per_node`.
+pub const DEFAULT_CONCURRENCY_PER_NODE: usize = 4;
+/// Default `[policy] task_timeout`.
+pub const DEFAULT_TASK_TIMEOUT: &str = "30m";
+
+/// The validated agent configuration.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The node this agent speaks for.
+    pub node: NodeScope,
+    /// Which `clusters/<cluster>/resources.yaml` to follow (composition mode).
+    pub cluster: Option<String>,
+    /// Where the state database and git mirror live.
+    pub state_dir: PathBuf,
+    /// The git repository to follow (absent: the CLI reads a local checkout).
+    pub source: Option<SourceConfig>,
+    /// The webhook receiver (absent: no webhooks).
+    pub webhook: Option<WebhookConfig>,
+    /// Where the status API listens.
+    pub listen: SocketAddr,
+    /// How to reach PVE.
+    pub pve: PveConfig,
+    /// What the agent may do.
+    pub policy: Policy,
+}
+
+/// `[source]`.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    /// https, ssh or file URL.
+    pub url: String,
+    /// Branch to follow.
+    pub branch: String,
+    /// Sub-folder of the repository that holds the manifests.
+    pub path: String,
+    /// When to look again.
+    pub poll: Poll,
+    /// HTTPS token, read from `token_file`.
+    pub token: Option<SecretString>,
+    /// SSH private key file (passed to ssh, never read into memory).
+    pub ssh_key_file: Option<PathBuf>,
+}
+
+/// `[source] poll`: an interval or a cron expression.
+#[derive(Debug, Clone)]
+pub enum Poll {
+    /// Every so often (with jitter).
+    Every(Duration),
+    /// A 5-field cron expression.
+    Cron(String),
+}
+
+/// `[webhook]`.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// The HMAC secret shared with the forge, read from `secret_file`.
+    pub secret: SecretString,
+}
+
+/// `[pve]`.
+#[derive(Debug, Clone)]
+pub struct PveConfig {
+    /// API base, e.g. `https://127.0.0.1:8006`.
+    pub url: String,
+    /// `user@realm!tokenid`.
+    pub token_id: String,
+    /// The token's secret, read from `token_secret_file`.
+    pub token_secret: SecretString,
+    /// How the server certificate is trusted.
+    pub trust: Trust,
+}
+
+/// How the PVE server certificate is trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trust {
+    /// A PEM CA file.
+    CaFile(PathBuf),
+    /// A SHA-256 fingerprint pin (colon-separated hex, as PVE shows it).
+    Fingerprint(String),
+    /// No verification (logged at every start).
+    Insecure,
+    /// The system's trust store (no CA file configured and the default one is absent).
+    System,
+}
+
+/// `[policy]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Apply changes, or only report them.
+    pub mode: Mode,
+    /// Delete tagged guests no manifest declares.
+    pub prune: bool,
+    /// At most this many prunes per pass.
+    pub max_prune: u32,
+    /// Restart guests whose changes PVE left pending.
+    pub restart_on_change: bool,
+    /// Concurrent actions per node within a level.
+    pub concurrency_per_node: usize,
+    /// How long to wait for one PVE task.
+    pub task_timeout: Duration,
+}
+
+/// `[policy] mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Write to PVE.
+    Apply,
+    /// Plan and record drift; never write.
+    Report,
+}
+
+/// Loading the configuration failed. Messages name the file and key, never a secret value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("reading {}", .path.display())]
+    Read {
+        /// The config file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML does not parse or has unknown keys or wrong types.
+    #[error("{}:{line}:{column}: {message}", .path.display())]
+    Syntax {
+        /// The config file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What the TOML parser said.
+        message: String,
+    },
+    /// A key has a value that is not allowed.
+    #[error("{}: {key}: {message}", .path.display())]
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// The key, e.g. `pve.token_id`.
+        key: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A secret file named by a key could not be read.
+    #[error("{}: {key}: reading secret file {}", .path.display(), .file.display())]
+    SecretFile {
+        /// The config file.
+        path: PathBuf,
+        /// The key that names the file.
+        key: String,
+        /// The secret file.
+        file: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    node: Option<String>,
+    cluster: Option<String>,
+    state_dir: Option<PathBuf>,
+    source: Option<RawSource>,
+    webhook: Option<RawWebhook>,
+    http: Option<RawHttp>,
+    pve: Option<RawPve>,
+    policy: Option<RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    url: String,
+    branch: Option<String>,
+    path: Option<String>,
+    poll: Option<String>,
+    token_file: Option<PathBuf>,
+    ssh_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebhook {
+    secret_file: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    listen: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPve {
+    url: Option<String>,
+    token_id: Option<String>,
+    token_secret_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    fingerprint: Option<String>,
+    insecure: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    mode: Option<Mode>,
+    prune: Option<bool>,
+    max_prune: Option<u32>,
+    restart_on_change: Option<bool>,
+    concurrency_per_node: Option<usize>,
+    task_timeout: Option<String>,
+}
+
+impl AgentConfig {
+    /// Reads and validates `path`; secret files named in it are read too.
+    ///
+    /// # Errors
+    /// Unreadable files, TOML errors (with line and column), invalid values.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(path, &text)
+    }
+
+    /// Validates the text of a config file; `path` is used for messages and to resolve
+    /// relative secret-file paths.
+    ///
+    /// # Errors
+    /// As [`AgentConfig::load`].
+    pub fn from_toml(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| syntax_error(path, text, &e))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: key.to_owned(),
+            message,
+        };
+        let read_secret = |key: &str, file: &Path| -> Result<SecretString, ConfigError> {
+            let file = base.join(file);
+            let text =
+                std::fs::read_to_string(&file).map_err(|source| ConfigError::SecretFile {
+                    path: path.to_path_buf(),
+                    key: key.to_owned(),
+                    file: file.clone(),
+                    source,
+                })?;
+            let secret = text.trim_end_matches(['\n', '\r']).to_owned();
+            if secret.is_empty() {
+                return Err(invalid(
+                    key,
+                    format!("secret file {} is empty", file.display()),
+                ));
+            }
+            Ok(SecretString::from(secret))
+        };
+
+        let node = match raw.node.as_deref() {
+            Some("*") => NodeScope::All,
+            Some(node) if is_node_name(node) => NodeScope::Node(node.to_owned()),
+            Some(node) => {
+                return Err(invalid(
+                    "node",
+                    format!("`{node}` is not a PVE node name (or \"*\")"),
+                ));
+            }
+            None => NodeScope::Node(local_hostname().ok_or_else(|| {
+                invalid(
+                    "node",
+                    "not set and this host's name is unknown; set `node`".to_owned(),
+                )
+            })?),
+        };
+
+        let source = match raw.source {
+            None => None,
+            Some(s) => {
+                let poll_text = s.poll.as_deref().unwrap_or(DEFAULT_POLL);
+                let poll = parse_poll(poll_text).map_err(|m| invalid("source.poll", m))?;
+                let token = s
+                    .token_file
+                    .as_deref()
+                    .map(|f| read_secret("source.token_file", f))
+                    .transpose()?;
+                if !(s.url.starts_with("https://")
+                    || s.url.starts_with("http://")
+                    || s.url.starts_with("ssh://")
+                    || s.url.starts_with("file://")
+                    || s.url.contains('@'))
+                {
+                    return Err(invalid(
+                        "source.url",
+                        "must be an https, http, ssh (or user@host:path) or file URL".to_owned(),
+                    ));
+                }
+                Some(SourceConfig {
+                    url: s.url,
+                    branch: s.branch.unwrap_or_else(|| DEFAULT_BRANCH.to_owned()),
+                    path: s.path.unwrap_or_else(|| ".".to_owned()),
+                    poll,
+                    token,
+                    ssh_key_file: s.ssh_key_file.map(|f| base.join(f)),
+                })
+            }
+        };
+
+        let webhook = raw
+            .webhook
+            .map(|w| read_secret("webhook.secret_file", &w.secret_file))
+            .transpose()?
+            .map(|secret| WebhookConfig { secret });
+
+        let listen_text = raw
+            .http
+            .and_then(|h| h.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen = listen_text.parse().map_err(|_| {
+            invalid(
+                "http.listen",
+                format!("`{listen_text}` is not an address like 127.0.0.1:9494"),
+            )
+        })?;
+
+        let raw_pve = raw.pve.ok_or_else(|| {
+            invalid(
+                "pve",
+                "missing: set [pve] token_id and token_secret_file".to_owned(),
+            )
+        })?;
+        let token_id = raw_pve.token_id.ok_or_else(|| {
+            invalid(
+                "pve.token_id",
+                "missing: the API token id, e.g. proxops@pve!agent".to_owned(),
+            )
+        })?;
+        if !is_token_id(&token_id) {
+            return Err(invalid(
+                "pve.token_id",
+                format!("`{token_id}` is not a token id of the form user@realm!tokenid"),
+            ));
+        }
+        let secret_file = raw_pve.token_secret_file.ok_or_else(|| {
+            invalid(
+                "pve.token_secret_file",
+                "missing: a file holding the token secret".to_owned(),
+            )
+        })?;
+        let token_secret = read_secret("pve.token_secret_file", &secret_file)?;
+        let trust = match (
+            raw_pve.ca_file,
+            raw_pve.fingerprint,
+            raw_pve.insecure.unwrap_or(false),
+        ) {
+            (Some(ca), None, false) => Trust::CaFile(base.join(ca)),
+            (None, Some(fp), false) => {
+                if !is_sha256_fingerprint(&fp) {
+                    return Err(invalid(
+                        "pve.fingerprint",
+                        "not a SHA-256 fingerprint (32 hex bytes, colon-separated)".to_owned(),
+                    ));
+                }
+                Trust::Fingerprint(fp.to_ascii_uppercase())
+            }
+            (None, None, true) => Trust::Insecure,
+            (None, None, false) if Path::new(DEFAULT_CA_FILE).exists() => {
+                Trust::CaFile(PathBuf::from(DEFAULT_CA_FILE))
+            }
+            (None, None, false) => Trust::System,
+            _ => {
+                return Err(invalid(
+                    "pve",
+                    "set only one of ca_file, fingerprint and insecure".to_owned(),
+                ));
+            }
+        };
+        let pve = PveConfig {
+            url: raw_pve.url.unwrap_or_else(|| DEFAULT_PVE_URL.to_owned()),
+            token_id,
+            token_secret,
+            trust,
+        };
+
+        let p = raw.policy.unwrap_or_default();
+        let task_timeout_text = p
+            .task_timeout
+            .unwrap_or_else(|| DEFAULT_TASK_TIMEOUT.to_owned());
+        let task_timeout = humantime::parse_duration(&task_timeout_text)
+            .map_err(|e| invalid("policy.task_timeout", format!("`{task_timeout_text}`: {e}")))?;
+        let concurrency_per_node = p
+            .concurrency_per_node
+            .unwrap_or(DEFAULT_CONCURRENCY_PER_NODE);
+        if concurrency_per_node == 0 {
+            return Err(invalid(
+                "policy.concurrency_per_node",
+                "must be at least 1".to_owned(),
+            ));
+        }
+        let policy = Policy {
+            mode: p.mode.unwrap_or(Mode::Apply),
+            prune: p.prune.unwrap_or(false),
+            max_prune: p.max_prune.unwrap_or(DEFAULT_MAX_PRUNE),
+            restart_on_change: p.restart_on_change.unwrap_or(false),
+            concurrency_per_node,
+            task_timeout,
+        };
+
+        Ok(AgentConfig {
+            node,
+            cluster: raw.cluster,
+            state_dir: raw
+                .state_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+            source,
+            webhook,
+            listen,
+            pve,
+            policy,
+        })
+    }
+}
+
+fn syntax_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
+    let (line, column) = error
+        .span()
+        .map_or((1, 1), |span| line_column(text, span.start));
+    ConfigError::Syntax {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message: error.message().trim_end().to_owned(),
+    }
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn parse_poll(text: &str) -> Result<Poll, String> {
+    if text.split_whitespace().count() == 5 {
+        return text
+            .parse::<croner::Cron>()
+            .map(|_| Poll::Cron(text.to_owned()))
+            .map_err(|e| format!("`{text}` is not a valid cron expression: {e}"));
+    }
+    match humantime::parse_duration(text) {
+        Ok(d) if d >= Duration::from_secs(1) => Ok(Poll::Every(d)),
+        Ok(_) => Err(format!("`{text}` is shorter than one second")),
+        Err(e) => Err(format!(
+            "`{text}` is neither an interval like 60s nor a 5-field cron expression: {e}"
+        )),
+    }
+}
+
+fn is_node_name(s: &str) -> bool {
+    // PVE's pve-node format: a DNS label.
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_token_id(s: &str) -> bool {
+    let Some((user, token)) = s.split_once('!') else {
+        return false;
+    };
+    let Some((name, realm)) = user.split_once('@') else {
+        return false;
+    };
+    let ident = |t: &str| {
+        t.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    };
+    !name.is_empty()
+        && !name
+            .chars()
+            .any(|c| c.is_whitespace() || c == ':' || c == '/')
+        && ident(realm)
+        && ident(token)
+}
+
+fn is_sha256_fingerprint(s: &str) -> bool {
+    let parts: Vec<&str> = s.split(':').collect();
+    parts.len() == 32
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+fn local_hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim().split('.').next()?.to_owned();
+    is_node_name(&name).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "0b5e6c7d-aaaa-bbbb-cccc-123456789abc";
+    const HOOK_SECRET: &str = "webhook-hmac-secret-value";
+
+    fn write_config(body: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), format!("{SECRET}\n")).unwrap();
+        std::fs::write(dir.path().join("hook"), HOOK_SECRET).unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, body).unwrap();
+        (dir, path)
+    }
+
+    const FULL: &str = r#"
+node = "pve1"
+cluster = "homelab"
+state_dir = "/tmp/proxops"
+
+[source]
+url = "https://git.example.org/ops/pve.git"
+branch = "prod"
+poll = "*/5 * * * *"
+
+[webhook]
+secret_file = "hook"
+
+[http]
+listen = "127.0.0.1:9595"
+
+[pve]
+url = "https://10.0.0.1:8006"
+token_id = "proxops@pve!agent"
+token_secret_file = "token"
+insecure = true
+
+[policy]
+mode = "report"
+prune = true
+max_prune = 5
+task_timeout = "10m"
+"#;
+
+    #[test]
+    fn full_config_loads_with_secrets_from_files() {
+        let (_dir, path) = write_config(FULL);
+        let config = AgentConfig::load(&path).unwrap();
+        assert_eq!(config.node, NodeScope::Node("pve1".into()));
+        assert_eq!(config.cluster.as_deref(), Some("homelab"));
+        assert_eq!(config.pve.trust, Trust::Insecure);
+        assert_eq!(config.policy.mode, Mode::Report);
+        assert_eq!(config.policy.max_prune, 5);
+        assert_eq!(config.policy.task_timeout, Duration::from_secs(600));
+        assert_eq!(config.listen.port(), 9595);
+        let source = config.source.unwrap();
+        assert!(matches!(source.poll, Poll::Cron(ref c) if c == "*/5 * * * *"));
+        use secrecy::ExposeSecret;
+        assert_eq!(config.pve.token_secret.expose_secret(), SECRET);
+    }
+
+    #[test]
+    fn defaults_apply_when_keys_are_absent() {
+        let (_dir, path) = write_config(
+            "node = \"*\"\n[pve]\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"ab:CD:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd\"\n",
+        );
+        let config = AgentConfig::load(&path).unwrap();
+        assert_eq!(config.node, NodeScope::All);
+        assert_eq!(config.pve.url, DEFAULT_PVE_URL);
+        assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
+        assert!(matches!(config.pve.trust, Trust::Fingerprint(ref f) if f.starts_with("AB:CD")));
+        assert_eq!(config.policy.mode, Mode::Apply);
+        assert!(!config.policy.prune);
+        assert_eq!(config.policy.max_prune, DEFAULT_MAX_PRUNE);
+        assert_eq!(
+            config.policy.concurrency_per_node,
+            DEFAULT_CONCURRENCY_PER_NODE
+        );
+    }
+
+    #[test]
+    fn secrets_never_appear_in_debug_output() {
+        let (_dir, path) = write_config(FULL);
+        let config = AgentConfig::load(&path).unwrap();
+        let debug = format!("{config:?}");
+        assert!(!debug.contains(SECRET), "{debug}");
+        assert!(!debug.contains(HOOK_SECRET), "{debug}");
+    }
+
+    #[test]
+    fn an_inline_secret_is_an_unknown_key_and_the_error_does_not_echo_it() {
+        let (_dir, path) = write_config(&format!(
+            "[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret = \"{SECRET}\"\n"
+        ));
+        let err = AgentConfig::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("agent.toml:3:1: unknown field `token_secret`"),
+            "{err}"
+        );
+        assert!(!err.contains(SECRET), "{err}");
+    }
+
+    #[test]
+    fn a_missing_secret_file_names_the_key_and_file() {
+        let (_dir, path) = write_config(
+            "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"nope\"\n",
+        );
+        let err = AgentConfig::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("pve.token_secret_file: reading secret file"),
+            "{err}"
+        );
+        assert!(err.ends_with("/nope"), "{err}");
+    }
+
+    #[test]
+    fn two_trust_settings_are_refused() {
+        let (_dir, path) = write_config(
+            "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\nca_file = \"/x\"\ninsecure = true\n",
+        );
+        let err = AgentConfig::load(&path).unwrap_err().to_string();
+        assert!(
+            err.ends_with("pve: set only one of ca_file, fingerprint and insecure"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named_by_key() {
+        for (body, expected) in [
+            ("node = \"pve_1\"", "node: `pve_1` is not a PVE node name"),
+            (
+                "node = \"a\"\n[source]\nurl = \"file:///r\"\npoll = \"soon\"",
+                "source.poll:",
+            ),
+            ("node = \"a\"\n[http]\nlisten = \"nowhere\"", "http.listen:"),
+            (
+                "node = \"a\"\n[policy]\nmode = \"yolo\"",
+                "unknown variant `yolo`",
+            ),
+        ] {
+            let (_dir, path) = write_config(&format!(
+                "{body}\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\n"
+            ));
+            let err = AgentConfig::load(&path).unwrap_err().to_string();
+            assert!(err.contains(expected), "{body}: {err}");
+        }
+    }
+}
