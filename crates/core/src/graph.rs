@@ -499,6 +499,11 @@ mod tests {
                             prop_assert_eq!(members.iter().filter(|m| *m == member).count(), 1);
                         }
                     }
+                    // No cycle goes unmentioned: every resource on some cycle is named.
+                    for node in (0..n).filter(|&v| is_on_a_cycle(v, n, &edges)) {
+                        let id = ResourceId::new(Kind::Vm, format!("g{node:02}"));
+                        prop_assert!(cycles.iter().any(|c| c.members.contains(&id)), "{id}");
+                    }
                 }
             }
         }
@@ -522,6 +527,22 @@ mod tests {
             let b = DependencyGraph::from_resources(&shuffled);
             prop_assert_eq!(a.levels(), b.levels());
         }
+    }
+
+    /// Reference answer: `start` is on a cycle iff it can reach itself.
+    fn is_on_a_cycle(start: usize, n: usize, edges: &[(usize, usize)]) -> bool {
+        let mut seen = vec![false; n];
+        let mut stack: Vec<usize> = edges.iter().filter(|e| e.0 == start).map(|e| e.1).collect();
+        while let Some(node) = stack.pop() {
+            if node == start {
+                return true;
+            }
+            if !seen[node] {
+                seen[node] = true;
+                stack.extend(edges.iter().filter(|e| e.0 == node).map(|e| e.1));
+            }
+        }
+        false
     }
 
     /// Reference answer: a graph has a cycle iff repeatedly removing nodes without remaining
