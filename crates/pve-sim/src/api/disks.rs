@@ -56,6 +56,12 @@ pub(super) fn check_qemu_drive(
             })?;
             cluster.storage(node, ssid)?;
             let parsed = storage::parse_volname(sname).map_err(|e| ApiError::param(key, e))?;
+            if sname.contains("cloudinit") {
+                return Err(ApiError::param(
+                    key,
+                    format!("{src} is a cloud-init volume and cannot be imported"),
+                ));
+            }
             if parsed.content != "images" && parsed.content != "import" {
                 return Err(ApiError::param(
                     key,

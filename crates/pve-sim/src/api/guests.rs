@@ -2,6 +2,8 @@
 //! template conversion and resize. The differences PVE has between the two (lxc checks
 //! power state synchronously, qemu inside the task; lxc `template` returns null) are kept.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::config::{check_digest, wait_config_lock};
@@ -10,6 +12,7 @@ use crate::cluster::{Cluster, now_epoch};
 use crate::error::{ApiError, ApiResult};
 use crate::guest::{self, Guest, Kind};
 use crate::property::PropertyString;
+use crate::state::Shared;
 use crate::storage::{self, format_size, parse_size};
 use crate::task::{self, TaskSpec, Work};
 
@@ -197,6 +200,35 @@ fn start_guest(cluster: &mut Cluster, vmid: u32) -> Result<(), String> {
     }
     cluster.guests.insert(vmid, g);
     problem.map_or(Ok(()), Err)
+}
+
+/// `start=1` on create: the create worker calls the start API, which forks its own
+/// `qmstart`/`vzstart` task; the create task does not wait for it.
+pub(super) fn autostart(
+    shared: &Arc<Shared>,
+    c: &mut Cluster,
+    kind: Kind,
+    vmid: u32,
+    user: &str,
+    log: &mut Vec<String>,
+) {
+    let Some(node) = c.guests.get(&vmid).map(|g| g.node.clone()) else {
+        return;
+    };
+    log.push("Execute autostart".to_string());
+    let work: Work = Box::new(move |c, _log, injected| {
+        if let Some(m) = injected {
+            return Err(m);
+        }
+        start_guest(c, vmid)
+    });
+    let spec = TaskSpec {
+        node: &node,
+        kind: &format!("{}start", kind.task_prefix()),
+        id: vmid.to_string(),
+        user,
+    };
+    task::start(shared, c, &spec, work);
 }
 
 fn stop_guest(cluster: &mut Cluster, vmid: u32) {

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::config::{check_lxc_permissions, normalise_value};
 use super::qemu::{CloneOptions, clone_config, release_file_lock};
 use super::{Ctx, disks};
-use crate::cluster::{Cluster, now_epoch};
+use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
 use crate::guest::{self, Guest, Kind};
 use crate::storage;
@@ -111,7 +111,9 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
         .insert("lock".to_string(), "create".to_string());
     cluster.guests.insert(vmid, placeholder);
     let work_node = node.clone();
-    let work: Work = Box::new(move |c, _log, injected| {
+    let shared = std::sync::Arc::clone(&ctx.shared);
+    let user = ctx.authid().to_string();
+    let work: Work = Box::new(move |c, log, injected| {
         let result =
             injected.map_or_else(|| build_ct(c, &work_node, vmid, &ostemplate, &params), Err);
         match result {
@@ -122,9 +124,8 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
                 if let Some(p) = pool.and_then(|p| c.pools.get_mut(&p)) {
                     p.vms.insert(vmid);
                 }
-                if start && let Some(g) = c.guests.get_mut(&vmid) {
-                    g.running = true;
-                    g.started_at = Some(now_epoch());
+                if start {
+                    super::guests::autostart(&shared, c, Kind::Lxc, vmid, &user, log);
                 }
                 Ok(())
             }

@@ -95,7 +95,9 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
         .insert("lock".to_string(), "create".to_string());
     cluster.guests.insert(vmid, placeholder);
     let work_node = node.clone();
-    let work: Work = Box::new(move |c, _log, injected| {
+    let shared = std::sync::Arc::clone(&ctx.shared);
+    let user = ctx.authid().to_string();
+    let work: Work = Box::new(move |c, log, injected| {
         let result = injected.map_or_else(|| build_vm(c, &work_node, vmid, &params), Err);
         match result {
             Ok(config) => {
@@ -105,9 +107,8 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
                 if let Some(p) = pool.and_then(|p| c.pools.get_mut(&p)) {
                     p.vms.insert(vmid);
                 }
-                if start && let Some(g) = c.guests.get_mut(&vmid) {
-                    g.running = true;
-                    g.started_at = Some(now_epoch());
+                if start {
+                    super::guests::autostart(&shared, c, Kind::Qemu, vmid, &user, log);
                 }
                 Ok(())
             }

@@ -111,7 +111,7 @@ pub(super) fn stop(ctx: &Ctx) -> ApiResult {
     if let Some(t) = cluster.tasks.iter_mut().find(|t| t.upid_text == upid)
         && t.is_running()
     {
-        t.exitstatus = Some("unexpected status".to_string());
+        t.exitstatus = Some("interrupted by signal".to_string());
         t.endtime = Some(crate::cluster::now_epoch());
     }
     Ok(Value::Null)

@@ -29,6 +29,7 @@ async fn create_ct(s: &Sim, vmid: &str, extra: &[(&str, &str)]) {
     let upid = s.post("/nodes/pve1/lxc", &form).await.upid();
     assert!(upid.contains(":vzcreate:"), "{upid}");
     s.wait_ok(&upid).await;
+    s.wait_idle("pve1").await;
 }
 
 async fn ct_config(s: &Sim, vmid: &str) -> serde_json::Value {

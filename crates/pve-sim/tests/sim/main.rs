@@ -159,6 +159,21 @@ impl Sim {
         form.extend_from_slice(extra);
         let upid = self.post("/nodes/pve1/qemu", &form).await.upid();
         self.wait_ok(&upid).await;
+        self.wait_idle("pve1").await;
+    }
+
+    /// Waits until no task runs on `node` (e.g. the start task forked by `start=1`).
+    pub async fn wait_idle(&self, node: &str) {
+        for _ in 0..500 {
+            let r = self
+                .get_q(&format!("/nodes/{node}/tasks"), &[("source", "active")])
+                .await;
+            if r.body["total"] == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("tasks on {node} did not finish");
     }
 
     /// The VM's config (pending values merged).

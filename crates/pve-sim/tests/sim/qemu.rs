@@ -554,3 +554,42 @@ async fn the_guest_agent_answers_when_configured_and_running() {
     let ifaces = r.data()["result"].as_array().unwrap();
     assert_eq!(ifaces[1]["ip-addresses"][0]["ip-address-type"], "ipv4");
 }
+
+#[tokio::test]
+async fn create_with_start_forks_a_separate_start_task() {
+    let s = sim().await;
+    let upid = s
+        .post("/nodes/pve1/qemu", &[("vmid", "100"), ("start", "1")])
+        .await
+        .upid();
+    s.wait_ok(&upid).await;
+    let log = s
+        .get(&format!("/nodes/pve1/tasks/{}/log", crate::encode(&upid)))
+        .await;
+    assert_eq!(log.data()[0]["t"], "Execute autostart");
+    let tasks = s.get_q("/nodes/pve1/tasks", &[("source", "all")]).await;
+    let start = tasks.data()[0]["upid"].as_str().unwrap().to_string();
+    assert!(start.contains(":qmstart:100:"), "{start}");
+    s.wait_ok(&start).await;
+    let cur = s.get("/nodes/pve1/qemu/100/status/current").await;
+    assert_eq!(cur.data()["status"], "running");
+}
+
+#[tokio::test]
+async fn import_from_refuses_cloudinit_sources() {
+    let s = sim().await;
+    s.create_vm("100", &[("ide2", "local-lvm:cloudinit")]).await;
+    let r = s
+        .post(
+            "/nodes/pve1/qemu",
+            &[
+                ("vmid", "101"),
+                (
+                    "scsi0",
+                    "local-lvm:0,import-from=local-lvm:vm-100-cloudinit",
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+}
