@@ -468,21 +468,21 @@ fn auth_header(token_id: &str, secret: &SecretString) -> Result<HeaderValue, Pve
     Ok(value)
 }
 
-/// Walks an error chain, looking inside `io::Error`s too (whose `source()` skips the wrapped
-/// error itself), and returns the first `rustls::Error`.
+/// Walks an error chain and returns the first `rustls::Error`. An `io::Error`'s `source()`
+/// skips the error it wraps (and hyper nests io errors), so those are stepped into explicitly.
 fn find_rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let mut current: Option<&'a (dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = current {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(tls);
         }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && let Some(inner) = io.get_ref()
-            && let Some(tls) = inner.downcast_ref::<rustls::Error>()
-        {
-            return Some(tls);
-        }
-        current = e.source();
+        current = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => match io.get_ref() {
+                Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                None => e.source(),
+            },
+            None => e.source(),
+        };
     }
     None
 }
