@@ -780,7 +780,7 @@ pub fn all_endpoints_for_contract() -> Vec<Request> {
     let update = |set: Params| ConfigUpdate {
         set,
         delete: vec!["description".into()],
-        revert: vec!["memory".into()],
+        revert: vec!["cores".into()],
         digest: Some("0".repeat(40)),
     };
     let clone = CloneOptions {

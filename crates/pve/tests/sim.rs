@@ -500,3 +500,22 @@ async fn every_contract_read_the_simulator_implements_answers() {
     assert_eq!(client.writes_sent(), 0);
     sim.shutdown().await;
 }
+
+/// The simulator validates every request against PVE's schema (values too, not just names);
+/// state errors (500, or 400 for the contract list's made-up UPID) are expected here.
+#[tokio::test]
+async fn no_contract_request_is_refused_by_the_simulator_schema_check() {
+    let sim = sim().await;
+    let client = pinned(&sim);
+    let mut refused = Vec::new();
+    for req in request::all_endpoints_for_contract() {
+        if let Err(err) = client.execute(&req).await
+            && err.status() == Some(400)
+            && !err.is_not_found()
+        {
+            refused.push(err.to_string());
+        }
+    }
+    assert!(refused.is_empty(), "{refused:#?}");
+    sim.shutdown().await;
+}
