@@ -226,6 +226,12 @@ impl PveError {
         }
     }
 
+    /// Whether PVE refused the credentials or the token's privileges (401, 403): retrying
+    /// cannot help until the configuration changes.
+    pub fn is_auth_failure(&self) -> bool {
+        matches!(self.status(), Some(401 | 403))
+    }
+
     /// Whether a guest or config lock was busy (`can't lock file ... got timeout`, `is locked`).
     pub fn is_lock_timeout(&self) -> bool {
         self.message().is_some_and(|m| {
@@ -425,6 +431,7 @@ mod tests {
     fn auth_and_permission_failures_are_not_transient() {
         for status in [401, 403] {
             let e = api(Method::Get, status, "");
+            assert!(e.is_auth_failure());
             assert!(!e.is_transient());
             assert!(!e.is_retryable_for(Method::Get));
         }
