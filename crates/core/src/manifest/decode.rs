@@ -18,6 +18,7 @@ use std::fmt::{self, Display};
 use serde::de::value::StrDeserializer;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
 
+use super::raw::QUANTITY;
 use super::yaml::{Node, Value, parse_bool};
 use crate::diagnostic::Diagnostic;
 
@@ -132,6 +133,20 @@ pub(crate) fn did_you_mean<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c
     let normal = word.to_ascii_lowercase().replace('_', "-");
     if let Some(exact) = candidates.iter().find(|c| c.eq_ignore_ascii_case(&normal)) {
         return Some(exact);
+    }
+    // `virtio-net` for `virtio`: a known word with something added or cut off.
+    let affix = |c: &str| {
+        c.len() >= 3
+            && normal
+                .strip_prefix(c)
+                .is_some_and(|rest| rest.starts_with(|r: char| !r.is_ascii_alphanumeric()))
+    };
+    if let Some(c) = candidates
+        .iter()
+        .filter(|c| affix(&c.to_ascii_lowercase()))
+        .max_by_key(|c| c.len())
+    {
+        return Some(c);
     }
     candidates
         .iter()
@@ -340,9 +355,14 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
+        if name == QUANTITY && !matches!(self.node.value, Value::Scalar { .. }) {
+            self.mismatch("a quantity such as `4GiB`");
+            let empty: StrDeserializer<'_, DecodeError> = "".into_deserializer();
+            return visitor.visit_newtype_struct(empty);
+        }
         visitor.visit_newtype_struct(self)
     }
 

@@ -687,4 +687,33 @@ mod tests {
             ],
         );
     }
+
+    #[test]
+    fn container_paths_addresses_and_sizes_are_checked() {
+        let e = errors(&lxc(&format!(
+            "{BASE}  mount-points: [{{storage: local, size: 0, mount-point: data}}]\n  bind-mounts: [{{host-path: srv, mount-point: /x}}]\n  networks: [{{bridge: vmbr0, ip: 10.0.0.5, hwaddr: x, tag: 9999}}]\n"
+        )));
+        assert_eq!(e.len(), 6, "{e:#?}");
+        assert!(
+            e[0].contains("spec.mount-points[0].size: size is zero"),
+            "{e:#?}"
+        );
+        assert!(
+            e[1].contains("spec.mount-points[0].mount-point: `data` is not an absolute path"),
+            "{e:#?}"
+        );
+        assert!(
+            e[2].contains("spec.bind-mounts[0].host-path: `srv` is not an absolute path"),
+            "{e:#?}"
+        );
+        assert!(e[3].contains("spec.networks[0].ip: `10.0.0.5` is not an address with a prefix length, `dhcp` or `manual`"), "{e:#?}");
+        assert!(
+            e[4].contains("spec.networks[0].hwaddr: `x` is not a MAC address"),
+            "{e:#?}"
+        );
+        assert!(
+            e[5].contains("spec.networks[0].tag: VLAN tag 9999 is outside 1..=4094"),
+            "{e:#?}"
+        );
+    }
 }

@@ -96,9 +96,31 @@ impl JsonSchema for ScalarText {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RawQuantity(pub(crate) String);
 
+/// The newtype name by which the decoder recognises a quantity, to say "expected a quantity".
+pub(crate) const QUANTITY: &str = "$proxops::Quantity";
+
 impl<'de> Deserialize<'de> for RawQuantity {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        String::deserialize(deserializer).map(RawQuantity)
+        struct Text;
+        impl<'de> serde::de::Visitor<'de> for Text {
+            type Value = RawQuantity;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a quantity such as `4GiB`")
+            }
+            fn visit_newtype_struct<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<RawQuantity, D::Error> {
+                String::deserialize(d).map(RawQuantity)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawQuantity, E> {
+                Ok(RawQuantity(v.to_owned()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawQuantity, E> {
+                Ok(RawQuantity(v.to_string()))
+            }
+        }
+        deserializer.deserialize_newtype_struct(QUANTITY, Text)
     }
 }
 

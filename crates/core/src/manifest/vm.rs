@@ -396,7 +396,8 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
         .and_then(|m| check_mib(ck, "spec.memory", m, false));
     let cpu = check_cpu(ck, raw);
 
-    let hardware_raw = raw.hardware.clone().unwrap_or_default();
+    let no_hardware = RawHardware::default();
+    let hardware_raw = raw.hardware.as_ref().unwrap_or(&no_hardware);
     let cloud_init_enabled = hardware_raw
         .cloud_init
         .as_ref()
@@ -427,7 +428,7 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
     }
     let (disks, scsihw) = check_disks(ck, raw, &mut slots, &mut references);
     let networks = check_nics(ck, raw.networks.as_deref().unwrap_or_default());
-    let hardware = check_hardware(ck, &hardware_raw, cdrom_slot, &mut references);
+    let hardware = check_hardware(ck, hardware_raw, cdrom_slot, &mut references);
     let options = check_options(ck, raw.options.as_ref());
     let cloud_init_data = check_cloud_init_data(ck, raw.cloud_init_data.as_ref());
 
@@ -1464,5 +1465,120 @@ mod tests {
         // The identity survives for cross-resource checks; the spec does not.
         assert_eq!(file.resources.len(), 1);
         assert!(file.resources[0].spec.is_none());
+    }
+
+    #[test]
+    fn hardware_blocks_need_their_storage() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  hardware:\n    efi-disk: {{template: 4m}}\n    tpm: {{version: v2.0}}\n    cloud-init: {{enabled: true}}\n"
+        )));
+        assert_eq!(e.len(), 3, "{e:#?}");
+        assert!(
+            e[0].contains("spec.hardware.efi-disk.storage: missing required field"),
+            "{e:#?}"
+        );
+        assert!(
+            e[1].contains("spec.hardware.tpm.storage: missing required field"),
+            "{e:#?}"
+        );
+        assert!(e[2].contains("spec.hardware.cloud-init.storage: missing required field\n  help: a cloud-init drive needs a storage with `images` content"), "{e:#?}");
+    }
+
+    #[test]
+    fn nic_values_are_checked() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  networks: [{{bridge: vmbr0, model: virtio-net, mac: 'bc:24:11', vlan: 4095}}]\n"
+        )));
+        assert_eq!(e.len(), 3, "{e:#?}");
+        assert!(e[0].contains("spec.networks[0].model: unknown NIC model `virtio-net`\n  help: did you mean `virtio`?"), "{e:#?}");
+        assert!(
+            e[1].contains("spec.networks[0].mac: `bc:24:11` is not a MAC address"),
+            "{e:#?}"
+        );
+        assert!(
+            e[2].contains("spec.networks[0].vlan: VLAN tag 4095 is outside 1..=4094"),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn pci_addresses_boot_order_names_and_tags_are_checked() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  hardware:\n    pci-devices: [{{slot: hostpci0, device: gpu}}]\n  options: {{boot-order: [scsi0, scsi0]}}\n  pve-name: web_1\n  tags: ['-x']\n"
+        )));
+        assert_eq!(e.len(), 4, "{e:#?}");
+        assert!(
+            e[0].contains("spec.hardware.pci-devices[0].device: `gpu` is not a PCI address"),
+            "{e:#?}"
+        );
+        assert!(
+            e[1].contains("spec.options.boot-order[1]: `scsi0` appears twice in the boot order"),
+            "{e:#?}"
+        );
+        assert!(
+            e[2].contains("spec.pve-name: `web_1` is not a valid PVE guest name"),
+            "{e:#?}"
+        );
+        assert!(
+            e[3].contains("spec.tags[0]: `-x` is not a PVE tag"),
+            "{e:#?}"
+        );
+        for ok in ["01:00.0", "0000:01:00.0", "0000:01:00", "01:00"] {
+            assert!(is_pci_address(ok), "{ok}");
+        }
+    }
+
+    #[test]
+    fn secret_references_and_ip_configs_are_checked() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    ssh-key-refs: [admin]\n    ci-password-ref: cloud-init.passwords.Root\n    ipconfigs:\n      - {{nic: 0, ip: dhcp, gateway: 10.0.0.1}}\n      - {{nic: 1, ip: 10.0.0.5}}\n      - {{nic: 2, ip: dhcp}}\n      - {{nic: 2, ip: 10.0.0.6/24}}\n"
+        )));
+        assert_eq!(e.len(), 5, "{e:#?}");
+        assert!(e[0].contains("ssh-key-refs[0]: `admin` is not an SSH key reference\n  help: write `cloud-init.ssh-keys.<name>`"), "{e:#?}");
+        assert!(
+            e[1].contains(
+                "ci-password-ref: `cloud-init.passwords.Root` is not a password reference"
+            ),
+            "{e:#?}"
+        );
+        assert!(
+            e[2].contains("ipconfigs[0].gateway: gateway with `ip: dhcp`"),
+            "{e:#?}"
+        );
+        assert!(
+            e[3].contains(
+                "ipconfigs[1].ip: `10.0.0.5` is not an address with a prefix length, nor `dhcp`"
+            ),
+            "{e:#?}"
+        );
+        assert!(
+            e[4].contains("ipconfigs[3].nic: nic 2 already has an ipconfig"),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
+    fn a_quoted_number_is_not_an_integer_and_a_list_is_not_a_quantity() {
+        assert_errors(
+            &vm(
+                "  node: pve1\n  vmid: '101'\n  memory: [2GiB]\n  cpu: {type: host, cores: 2}\n  disks: [{storage: local, size: 8G}]\n",
+            ),
+            &[
+                "test.yaml:7:9: error: spec.vmid: expected an integer, found a string",
+                "test.yaml:8:11: error: spec.memory: expected a quantity such as `4GiB`, found a list",
+            ],
+        );
+    }
+
+    #[test]
+    fn yaml_1_1_words_stay_text_where_text_is_wanted() {
+        let Spec::Vm(v) = spec(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G, discard: on, iothread: yes}}]\n  pve-description: no\n"
+        ))) else {
+            panic!()
+        };
+        assert_eq!(v.disks[0].discard, Some(Discard::On));
+        assert_eq!(v.disks[0].iothread, Some(true));
+        assert_eq!(v.pve_description.as_deref(), Some("no"));
     }
 }

@@ -136,18 +136,13 @@ pub(crate) enum Segment<'a> {
 
 /// Splits `spec.disks[1].size` into `spec`, `disks`, `1`, `size`.
 pub(crate) fn path_segments(path: &str) -> impl Iterator<Item = Segment<'_>> {
-    path.split('.')
+    path.split(['.', '['])
         .filter(|part| !part.is_empty())
-        .flat_map(|part| {
-            let (key, rest) = part.split_once('[').unwrap_or((part, ""));
-            let indices = rest
-                .split('[')
-                .filter_map(|i| i.trim_end_matches(']').parse::<usize>().ok())
-                .map(Segment::Index);
-            (!key.is_empty())
-                .then_some(Segment::Key(key))
-                .into_iter()
-                .chain(indices.collect::<Vec<_>>())
+        .map(|part| match part.strip_suffix(']') {
+            Some(index) => index
+                .parse::<usize>()
+                .map_or(Segment::Key(part), Segment::Index),
+            None => Segment::Key(part),
         })
 }
 
