@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use proxops_core::plan::NodeScope;
+pub use proxops_pve::Trust;
 use secrecy::SecretString;
 use serde::Deserialize;
 
@@ -98,17 +99,18 @@ pub struct PveConfig {
     pub trust: Trust,
 }
 
-/// How the PVE server certificate is trusted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trust {
-    /// A PEM CA file.
-    CaFile(PathBuf),
-    /// A SHA-256 fingerprint pin (colon-separated hex, as PVE shows it).
-    Fingerprint(String),
-    /// No verification (logged at every start).
-    Insecure,
-    /// The system's trust store (no CA file configured and the default one is absent).
-    System,
+impl PveConfig {
+    /// The client settings for `proxops-pve`, with the default timeouts and retries.
+    pub fn client_config(&self) -> proxops_pve::ClientConfig {
+        proxops_pve::ClientConfig {
+            base_url: self.url.clone(),
+            token_id: self.token_id.clone(),
+            token_secret: self.token_secret.clone(),
+            trust: self.trust.clone(),
+            timeout: proxops_pve::Timeouts::default(),
+            retry: proxops_pve::RetryPolicy::default(),
+        }
+    }
 }
 
 /// `[policy]`.
@@ -400,7 +402,15 @@ impl AgentConfig {
             (None, None, false) if Path::new(DEFAULT_CA_FILE).exists() => {
                 Trust::CaFile(PathBuf::from(DEFAULT_CA_FILE))
             }
-            (None, None, false) => Trust::System,
+            (None, None, false) => {
+                return Err(invalid(
+                    "pve",
+                    format!(
+                        "no way to trust PVE's certificate: {DEFAULT_CA_FILE} does not exist here; \
+                         set ca_file, fingerprint (as `pvenode cert info` shows it) or insecure = true"
+                    ),
+                ));
+            }
             _ => {
                 return Err(invalid(
                     "pve",

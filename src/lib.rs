@@ -8,12 +8,18 @@
 //! Layout:
 //! - [`cli`]: one module per subcommand, each with a `run` function; exit codes.
 //! - [`config`]: agent.toml → validated `AgentConfig` (secrets from files).
+//! - [`observe`]: PVE GETs → `ObservedState` (the only pve → core mapping).
+//! - [`execute`]: runs a `Plan` on PVE, waits for tasks, reports (core → pve).
+//! - [`reconcile`]: one pass (validate → observe → plan → execute), shared by CLI and agent.
 //! - [`output`]: the only place that prints (human text or JSON).
 //! - [`source`]: reading a revision's manifest files (a directory today, git later).
 //! - [`telemetry`]: logging set-up.
 
 pub mod cli;
 pub mod config;
+pub mod execute;
+pub mod observe;
 pub mod output;
+pub mod reconcile;
 pub mod source;
 pub mod telemetry;

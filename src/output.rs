@@ -8,7 +8,13 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use proxops_core::plan::render::render_human;
+
 use crate::cli::validate::Report;
+use crate::execute::{ApplyReport, Event, Outcome};
+use crate::reconcile::{Pass, ReconcileError};
 
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
@@ -53,4 +59,77 @@ pub fn print_error(error: &anyhow::Error) {
 
 fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
+}
+
+/// Prints a pass's plan (human view).
+pub fn print_plan(pass: &Pass) {
+    print!("{}", render_human(&pass.plan, &pass.title()));
+}
+
+/// Prints one line per progress event: `[i/n] verb resource on node: state`.
+pub fn print_progress(event: &Event, counter: &AtomicUsize, total: usize) {
+    match event {
+        Event::Started { action } => {
+            let i = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            println!(
+                "[{i}/{total}] {} {} on {}: started",
+                action.verb.name(),
+                action.resource,
+                action.node
+            );
+        }
+        Event::TaskStarted { action, upid } => {
+            println!(
+                "      {} {} on {}: running {upid}",
+                action.verb.name(),
+                action.resource,
+                action.node
+            );
+        }
+        Event::Finished { result } => {
+            let a = &result.action;
+            let what = format!("{} {} on {}", a.verb.name(), a.resource, a.node);
+            match &result.outcome {
+                Outcome::Succeeded { exitstatus, .. } => {
+                    println!("      {what}: ok ({exitstatus})")
+                }
+                Outcome::Failed { error, .. } => println!("      {what}: FAILED: {error}"),
+                Outcome::Skipped { reason } => println!("      {what}: skipped: {reason}"),
+            }
+        }
+    }
+}
+
+/// Prints the closing line of an apply.
+pub fn print_apply_summary(report: &ApplyReport) {
+    let (ok, failed, skipped) = report.counts();
+    println!("apply: {ok} succeeded, {failed} failed, {skipped} skipped");
+}
+
+/// Asks a yes/no question on the terminal; only `y`/`yes` is yes.
+pub fn confirm(question: &str) -> anyhow::Result<bool> {
+    print!("{question} [y/N] ");
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
+/// A short note on stderr.
+pub fn note(text: &str) {
+    eprintln!("note: {text}");
+}
+
+/// Turns a reconcile error into the error `main` prints; an invalid revision's diagnostics
+/// are printed first, in full.
+pub fn reconcile_error(error: ReconcileError) -> anyhow::Error {
+    if let ReconcileError::Invalid(diagnostics) = &error {
+        for diagnostic in diagnostics {
+            eprintln!("{diagnostic}");
+        }
+    }
+    anyhow::Error::new(error)
 }

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod apply;
+pub mod pass;
+pub mod plan;
 pub mod schema;
 pub mod validate;
 
@@ -31,6 +34,11 @@ impl Cli {
 enum Command {
     /// Check a manifest repository and report every problem in it.
     Validate(validate::Args),
+    /// Show what a pass would change on PVE, without changing anything.
+    #[command(alias = "diff")]
+    Plan(plan::Args),
+    /// Plan, confirm, and apply the plan to PVE.
+    Apply(apply::Args),
     /// Print the JSON Schema of the manifest format (for editors and the YAML language server).
     Schema(schema::Args),
 }
@@ -42,6 +50,8 @@ pub enum Exit {
     Success,
     /// An error, or invalid input (validate: at least one error found).
     Failure,
+    /// `plan`: the plan has changes.
+    ChangesPending,
 }
 
 impl From<Exit> for ExitCode {
@@ -49,6 +59,7 @@ impl From<Exit> for ExitCode {
         match exit {
             Exit::Success => ExitCode::SUCCESS,
             Exit::Failure => ExitCode::from(1),
+            Exit::ChangesPending => ExitCode::from(2),
         }
     }
 }
@@ -61,5 +72,13 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Schema(args) => schema::run(&args),
+        Command::Plan(args) => runtime()?.block_on(plan::run(&args)),
+        Command::Apply(args) => runtime()?.block_on(apply::run(&args)),
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }

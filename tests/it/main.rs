@@ -2,6 +2,11 @@
 //!
 //! One test binary (STYLE H10) with a module per area.
 
+// Test helpers outside #[test] functions may panic on setup failures: that is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod artifacts;
 mod cli_validate;
 mod readme;
+mod sim;
 mod support;

@@ -4,17 +4,17 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 /// The repository root (where Cargo.toml is).
-pub fn repo_root() -> &'static Path {
+pub(crate) fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// `tests/fixtures/<rel>`.
-pub fn fixture(rel: &str) -> PathBuf {
+pub(crate) fn fixture(rel: &str) -> PathBuf {
     repo_root().join("tests/fixtures").join(rel)
 }
 
 /// Runs the built `proxops` binary with `args`, from the repository root.
-pub fn proxops(args: &[&str]) -> Output {
+pub(crate) fn proxops(args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_proxops"))
         .args(args)
         .current_dir(repo_root())
@@ -24,11 +24,11 @@ pub fn proxops(args: &[&str]) -> Output {
 }
 
 /// Stdout as text.
-pub fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Stderr as text.
-pub fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }

@@ -1,0 +1,82 @@
+//! Arguments and set-up shared by `plan` and `apply`: which repository, which config, which
+//! node and cluster; turned into the files of the revision and a reconcile `Context`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use proxops_pve::{PveClient, WaitOptions};
+
+use crate::config::{AgentConfig, NodeScope};
+use crate::execute;
+use crate::reconcile::Context;
+use crate::source::directory::read_manifest_files;
+
+/// Default config path, as packaged.
+pub const DEFAULT_CONFIG: &str = "/etc/proxops/agent.toml";
+
+/// Arguments of a pass run from the command line.
+#[derive(Debug, clap::Args)]
+pub struct PassArgs {
+    /// Root of the manifest repository.
+    #[arg(default_value = ".")]
+    pub path: PathBuf,
+    /// The agent configuration (PVE URL, token, trust, node, policy).
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG, env = "PROXOPS_CONFIG")]
+    pub config: PathBuf,
+    /// Plan for this node instead of the config's `node` (`*` = every node).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// The cluster to reconcile in composition mode (default: the config's `cluster`, or the
+    /// only one).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Everything a CLI pass needs.
+pub struct Prepared {
+    /// The manifest files of the revision.
+    pub files: BTreeMap<String, String>,
+    /// The cluster to reconcile, if chosen.
+    pub cluster: Option<String>,
+    /// The reconcile context.
+    pub context: Context,
+}
+
+impl PassArgs {
+    /// Reads the config and the repository and builds the PVE client.
+    pub fn prepare(&self) -> anyhow::Result<Prepared> {
+        let config = AgentConfig::load(&self.config)
+            .with_context(|| format!("loading config {}", self.config.display()))?;
+        let files = read_manifest_files(&self.path)
+            .with_context(|| format!("reading manifests from {}", self.path.display()))?;
+        let scope = match self.node.as_deref() {
+            Some("*") => NodeScope::All,
+            Some(node) => NodeScope::Node(node.to_owned()),
+            None => config.node.clone(),
+        };
+        let pve = PveClient::new(config.pve.client_config())
+            .with_context(|| format!("connecting to PVE at {}", config.pve.url))?;
+        let context = Context {
+            pve,
+            scope,
+            execute: execute::Options {
+                concurrency_per_node: config.policy.concurrency_per_node,
+                wait: WaitOptions {
+                    timeout: config.policy.task_timeout,
+                    ..WaitOptions::default()
+                },
+                lock_retry_for: Duration::from_secs(60),
+            },
+        };
+        Ok(Prepared {
+            files,
+            cluster: self.cluster.clone().or(config.cluster),
+            context,
+        })
+    }
+}

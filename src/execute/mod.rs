@@ -1,0 +1,242 @@
+//! Execute: run a `Plan` against PVE and report what happened. It never decides what to
+//! change (the planner did); it only orders, limits and waits.
+//!
+//! Levels run in order. Within a level actions run concurrently, at most
+//! `concurrency_per_node` at a time per node; downloads to the same (node, storage) run one
+//! after the other. Every PVE task is waited for. A failed action skips only the actions that
+//! depend on it on the same node; independent actions continue.
+
+mod download;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxops_core::plan::{Action, Plan, Verb};
+use proxops_core::repository::DesiredState;
+use proxops_core::resource::ResourceId;
+use proxops_pve::{PveClient, WaitOptions};
+use serde::Serialize;
+use tokio::sync::{Mutex, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// How the executor runs a plan.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Concurrent actions per node within a level.
+    pub concurrency_per_node: usize,
+    /// How to wait for PVE tasks.
+    pub wait: WaitOptions,
+    /// How long to keep retrying a write PVE refused because of a lock.
+    pub lock_retry_for: Duration,
+}
+
+/// Progress of an apply, for people watching it.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// An action is about to be sent.
+    Started {
+        /// The action.
+        action: Action,
+    },
+    /// PVE accepted the action and runs it as a task.
+    TaskStarted {
+        /// The action.
+        action: Action,
+        /// The task's UPID.
+        upid: String,
+    },
+    /// The action ended.
+    Finished {
+        /// What happened.
+        result: ActionResult,
+    },
+}
+
+/// Receives progress events; called from the executor's tasks.
+pub type Progress = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// What happened to each action of a plan, in plan order.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ApplyReport {
+    /// One result per action.
+    pub results: Vec<ActionResult>,
+}
+
+impl ApplyReport {
+    /// True when every action succeeded.
+    pub fn is_success(&self) -> bool {
+        self.results
+            .iter()
+            .all(|r| matches!(r.outcome, Outcome::Succeeded { .. }))
+    }
+
+    /// How many actions ended each way: (succeeded, failed, skipped).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        for result in &self.results {
+            match result.outcome {
+                Outcome::Succeeded { .. } => counts.0 += 1,
+                Outcome::Failed { .. } => counts.1 += 1,
+                Outcome::Skipped { .. } => counts.2 += 1,
+            }
+        }
+        counts
+    }
+}
+
+/// What happened to one action.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionResult {
+    /// The action.
+    pub action: Action,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// How an action ended.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// PVE did it.
+    Succeeded {
+        /// The task that did it.
+        upid: Option<String>,
+        /// PVE's exit status (`OK` or `WARNINGS: n`).
+        exitstatus: String,
+    },
+    /// PVE refused it or its task failed.
+    Failed {
+        /// The task, when PVE started one.
+        upid: Option<String>,
+        /// PVE's message or exit status.
+        error: String,
+    },
+    /// Not attempted.
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Runs `plan` (computed from `desired`) against PVE.
+pub async fn apply(
+    pve: &PveClient,
+    desired: &DesiredState,
+    plan: &Plan,
+    options: &Options,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> ApplyReport {
+    let mut report = ApplyReport::default();
+    // (resource, node) pairs that failed or could not be observed: their dependants wait.
+    let mut not_ready: BTreeSet<(ResourceId, String)> = plan.blocked.clone();
+    let node_limits: BTreeMap<String, Arc<Semaphore>> = plan
+        .actions()
+        .map(|a| {
+            (
+                a.node.clone(),
+                Arc::new(Semaphore::new(options.concurrency_per_node.max(1))),
+            )
+        })
+        .collect();
+    let storage_locks: BTreeMap<(String, String), Arc<Mutex<()>>> = plan
+        .actions()
+        .filter_map(serialised_on)
+        .map(|key| (key, Arc::default()))
+        .collect();
+
+    for level in &plan.levels {
+        let mut running = JoinSet::new();
+        let mut level_results = Vec::new();
+        for (index, action) in level.iter().enumerate() {
+            if let Some(reason) = waiting_on(desired, action, &not_ready) {
+                level_results.push((index, skipped(action, reason, progress)));
+                continue;
+            }
+            if cancel.is_cancelled() {
+                level_results.push((index, skipped(action, "interrupted".to_owned(), progress)));
+                continue;
+            }
+            let pve = pve.clone();
+            let action = action.clone();
+            let options = options.clone();
+            let progress = progress.clone();
+            let cancel = cancel.clone();
+            let node_limit = node_limits.get(&action.node).cloned();
+            let storage_lock =
+                serialised_on(&action).and_then(|key| storage_locks.get(&key).cloned());
+            running.spawn(async move {
+                let _permit = match &node_limit {
+                    Some(limit) => limit.acquire().await.ok(),
+                    None => None,
+                };
+                let _serialised = match &storage_lock {
+                    Some(lock) => Some(lock.lock().await),
+                    None => None,
+                };
+                progress(&Event::Started {
+                    action: action.clone(),
+                });
+                let outcome = match &action.verb {
+                    Verb::Download(d) => {
+                        download::run(&pve, &action, d, &options, &progress, &cancel).await
+                    }
+                };
+                let result = ActionResult { action, outcome };
+                progress(&Event::Finished {
+                    result: result.clone(),
+                });
+                (index, result)
+            });
+        }
+        while let Some(joined) = running.join_next().await {
+            match joined {
+                Ok(done) => level_results.push(done),
+                Err(error) => tracing::error!(%error, "an action task panicked"),
+            }
+        }
+        level_results.sort_by_key(|(index, _)| *index);
+        for (_, result) in level_results {
+            if !matches!(result.outcome, Outcome::Succeeded { .. }) {
+                not_ready.insert((result.action.resource.clone(), result.action.node.clone()));
+            }
+            report.results.push(result);
+        }
+    }
+    report
+}
+
+/// The (node, storage) an action must have to itself: downloads to one storage run one at a
+/// time, so two never race on the same file.
+fn serialised_on(action: &Action) -> Option<(String, String)> {
+    match &action.verb {
+        Verb::Download(d) => Some((action.node.clone(), d.storage.clone())),
+    }
+}
+
+/// Why `action` must wait, if a resource it depends on is not ready on its node.
+fn waiting_on(
+    desired: &DesiredState,
+    action: &Action,
+    not_ready: &BTreeSet<(ResourceId, String)>,
+) -> Option<String> {
+    let resource = desired.manifest.get(&action.resource)?;
+    resource.references.iter().find_map(|reference| {
+        not_ready
+            .contains(&(reference.target.clone(), action.node.clone()))
+            .then(|| format!("{} is not ready on {}", reference.target, action.node))
+    })
+}
+
+fn skipped(action: &Action, reason: String, progress: &Progress) -> ActionResult {
+    let result = ActionResult {
+        action: action.clone(),
+        outcome: Outcome::Skipped { reason },
+    };
+    progress(&Event::Finished {
+        result: result.clone(),
+    });
+    result
+}

@@ -1,0 +1,152 @@
+//! One reconcile pass: the function `proxops plan`, `proxops apply` and (later) the agent all
+//! call, so what the CLI shows is what the agent does.
+//!
+//! Phases, each named: `desired_state` (validate, pick the cluster) → `observe` (PVE GETs) →
+//! `plan` (pure) → `execute` (PVE writes). A revision with any validation error is never
+//! applied.
+
+use std::collections::BTreeMap;
+
+use proxops_core::diagnostic::Diagnostic;
+use proxops_core::plan::{self, NodeScope, Plan, Policy};
+use proxops_core::repository::{DesiredState, Layout};
+use proxops_pve::PveClient;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::execute::{self, ApplyReport, Progress};
+use crate::observe;
+
+/// What a pass needs from the world.
+#[derive(Clone)]
+pub struct Context {
+    /// The PVE API.
+    pub pve: PveClient,
+    /// The nodes this pass plans for.
+    pub scope: NodeScope,
+    /// How actions are run.
+    pub execute: execute::Options,
+}
+
+/// Plan only, or plan and apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Observe and plan; never write.
+    Plan,
+    /// Observe, plan and apply the plan.
+    Apply,
+}
+
+/// What one pass found and did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pass {
+    /// The cluster (composition mode) or `None` (plain mode).
+    pub cluster: Option<String>,
+    /// The plan computed.
+    pub plan: Plan,
+    /// What applying it did (`None` in plan mode or when nothing was to be done).
+    pub report: Option<ApplyReport>,
+}
+
+impl Pass {
+    /// How the desired state is named in output.
+    pub fn title(&self) -> String {
+        self.cluster
+            .as_ref()
+            .map_or_else(|| "repository".to_owned(), |c| format!("cluster {c}"))
+    }
+}
+
+/// Why a pass could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The revision has validation errors; nothing of it is applied.
+    #[error("the revision is invalid ({} {}); nothing of it is applied", .0.len(), if .0.len() == 1 { "error" } else { "errors" })]
+    Invalid(Vec<Diagnostic>),
+    /// Composition mode with several clusters and none chosen.
+    #[error("the repository has several clusters ({}); choose one with --cluster or `cluster` in agent.toml", .0.join(", "))]
+    ClusterNotChosen(Vec<String>),
+    /// The chosen cluster has no `clusters/<name>/resources.yaml`.
+    #[error("cluster `{name}` is not in the repository (clusters found: {})", .found.join(", "))]
+    NoSuchCluster {
+        /// The cluster asked for.
+        name: String,
+        /// The clusters present.
+        found: Vec<String>,
+    },
+}
+
+/// Validates the revision's files and picks the desired state to reconcile.
+///
+/// # Errors
+/// Validation errors, or no unambiguous cluster.
+pub fn desired_state(
+    files: &BTreeMap<String, String>,
+    cluster: Option<&str>,
+) -> Result<DesiredState, ReconcileError> {
+    let loaded = proxops_core::repository::load(files);
+    if loaded.has_errors() {
+        return Err(ReconcileError::Invalid(loaded.diagnostics));
+    }
+    let wanted = match (loaded.layout, cluster) {
+        (Layout::Plain, _) => None,
+        (Layout::Composition, Some(name)) => {
+            if !loaded.clusters.iter().any(|c| c == name) {
+                return Err(ReconcileError::NoSuchCluster {
+                    name: name.to_owned(),
+                    found: loaded.clusters.clone(),
+                });
+            }
+            Some(name)
+        }
+        (Layout::Composition, None) => match loaded.clusters.as_slice() {
+            [only] => Some(only.as_str()),
+            _ => return Err(ReconcileError::ClusterNotChosen(loaded.clusters.clone())),
+        },
+    };
+    loaded
+        .states
+        .iter()
+        .find(|s| s.cluster.as_deref() == wanted)
+        .cloned()
+        .ok_or_else(|| ReconcileError::Invalid(loaded.diagnostics.clone()))
+}
+
+/// Observes PVE and plans: no writes.
+pub async fn observe_and_plan(ctx: &Context, desired: &DesiredState) -> Plan {
+    let observed = observe::observe(&ctx.pve, desired, &ctx.scope).await;
+    plan::plan(
+        desired,
+        &observed,
+        &Policy {
+            scope: ctx.scope.clone(),
+        },
+    )
+}
+
+/// One whole pass over a revision's files.
+///
+/// # Errors
+/// See [`desired_state`]; PVE failures are recorded in the plan and report, not returned.
+pub async fn reconcile_once(
+    ctx: &Context,
+    files: &BTreeMap<String, String>,
+    cluster: Option<&str>,
+    mode: Mode,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Result<Pass, ReconcileError> {
+    let desired = desired_state(files, cluster)?;
+    let plan = observe_and_plan(ctx, &desired).await;
+    let report = match mode {
+        Mode::Apply if plan.has_changes() => {
+            Some(execute::apply(&ctx.pve, &desired, &plan, &ctx.execute, progress, cancel).await)
+        }
+        _ => None,
+    };
+    Ok(Pass {
+        cluster: desired.cluster.clone(),
+        plan,
+        report,
+    })
+}
