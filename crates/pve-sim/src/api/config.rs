@@ -221,11 +221,9 @@ fn apply(cluster: &mut Cluster, vmid: u32, u: &Update) -> Result<(), String> {
     };
     let (kind, node) = (g.kind, g.node.clone());
     let mut values = Vec::new();
-    for (k, v) in &u.set {
-        values.push((
-            k.clone(),
-            normalise_value(cluster, kind, &node, vmid, k, v)?,
-        ));
+    for (k, v) in disks::allocation_order(kind, &u.set) {
+        let value = normalise_value(cluster, kind, &node, vmid, &k, &v)?;
+        values.push((k, value));
     }
     let Some(mut g) = cluster.guests.remove(&vmid) else {
         return Err(format!("guest {vmid} vanished"));

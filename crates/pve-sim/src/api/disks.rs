@@ -314,6 +314,41 @@ pub(super) fn apply_pending(cluster: &mut Cluster, g: &mut Guest, select: &dyn F
     }
 }
 
+/// Where a key sorts when PVE walks a config's volumes: qemu `ide`, `sata`, `scsi`,
+/// `virtio` (by number), then `efidisk0`, `tpmstate0`; lxc `rootfs`, then `mpN`. Other keys
+/// come after all volumes.
+fn volume_rank(kind: Kind, key: &str) -> (u8, u32) {
+    let num = |prefix: &str| {
+        key.strip_prefix(prefix)
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    match kind {
+        Kind::Qemu if guest::is_qemu_disk_key(key) => {
+            for (rank, bus) in ["ide", "sata", "scsi", "virtio"].iter().enumerate() {
+                if key.starts_with(bus) {
+                    return (rank as u8, num(bus));
+                }
+            }
+            (if key == "efidisk0" { 4 } else { 5 }, 0)
+        }
+        Kind::Lxc if key == "rootfs" => (0, 0),
+        Kind::Lxc if guest::is_lxc_volume_key(key) => (1, num("mp")),
+        _ => (9, 0),
+    }
+}
+
+/// The parameters in the order PVE allocates them (volumes first, in PVE's order).
+pub(super) fn allocation_order(
+    kind: Kind,
+    params: &std::collections::BTreeMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut items: Vec<(String, String)> =
+        params.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    items.sort_by_key(|(k, _)| volume_rank(kind, k));
+    items
+}
+
 /// Error text of an API error inside a task.
 pub(super) fn task_error(e: &ApiError) -> String {
     message_of(e)

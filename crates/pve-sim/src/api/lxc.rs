@@ -163,13 +163,13 @@ fn build_ct(
     }
     let mut config = BTreeMap::new();
     let mut allocated = Vec::new();
-    for (k, v) in params {
-        match normalise_value(c, Kind::Lxc, node, vmid, k, v) {
+    for (k, v) in disks::allocation_order(Kind::Lxc, params) {
+        match normalise_value(c, Kind::Lxc, node, vmid, &k, &v) {
             Ok(value) => {
-                if guest::is_lxc_volume_key(k) && disks::is_create_form(v) {
+                if guest::is_lxc_volume_key(&k) && disks::is_create_form(&v) {
                     allocated.extend(disks::volid_of(&value));
                 }
-                config.insert(k.clone(), value);
+                config.insert(k, value);
             }
             Err(e) => {
                 for volid in allocated {

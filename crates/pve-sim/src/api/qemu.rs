@@ -142,13 +142,13 @@ fn build_vm(
 ) -> Result<BTreeMap<String, String>, String> {
     let mut config = BTreeMap::new();
     let mut allocated = Vec::new();
-    for (k, v) in params {
-        match normalise_value(c, Kind::Qemu, node, vmid, k, v) {
+    for (k, v) in disks::allocation_order(Kind::Qemu, params) {
+        match normalise_value(c, Kind::Qemu, node, vmid, &k, &v) {
             Ok(value) => {
-                if guest::is_qemu_disk_key(k) && disks::is_create_form(v) {
+                if guest::is_qemu_disk_key(&k) && disks::is_create_form(&v) {
                     allocated.extend(disks::volid_of(&value));
                 }
-                config.insert(k.clone(), value);
+                config.insert(k, value);
             }
             Err(e) => {
                 for volid in allocated {

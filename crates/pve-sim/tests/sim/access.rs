@@ -101,3 +101,30 @@ async fn permissions_list_privileges_by_path() {
     }
     assert_eq!(r.data()["/"]["VM.Allocate"], 1);
 }
+
+#[tokio::test]
+async fn the_ticket_cookie_wins_over_a_token_header() {
+    let s = sim().await;
+    let (ticket, _csrf) = login(&s).await;
+    // A valid cookie plus a bad token: the cookie decides, so the GET passes.
+    let resp = s
+        .client
+        .get(s.url("/version"))
+        .header("Cookie", format!("PVEAuthCookie={ticket}"))
+        .header("Authorization", "PVEAPIToken=root@pam!proxops=wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test]
+async fn requests_are_logged_with_the_caller() {
+    let s = sim().await;
+    s.get("/version").await;
+    let log = s.sim.control().requests();
+    let last = log.requests.last().unwrap();
+    assert_eq!(last.user.as_deref(), Some("root@pam!proxops"));
+    assert_eq!(last.status, 200);
+    assert_eq!(last.endpoint, "/version");
+}

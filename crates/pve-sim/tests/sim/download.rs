@@ -169,3 +169,42 @@ async fn download_url_of_an_unreachable_url_fails_in_the_task() {
     let status = s.wait(&upid).await;
     assert_eq!(status["exitstatus"], "download failed: exit code 8");
 }
+
+#[tokio::test]
+async fn download_url_with_a_matching_checksum_of_an_existing_file_succeeds_without_fetching() {
+    let s = sim().await;
+    let bytes = vec![9u8; 100];
+    let sum = hex::encode(sha2::Sha256::digest(&bytes));
+    place_file(&s, "local", "iso", "a.iso", bytes).await;
+    // Nothing listens here: a fetch would fail.
+    let upid = download(
+        &s,
+        "http://127.0.0.1:9/a.iso",
+        "a.iso",
+        &[("checksum", &sum), ("checksum-algorithm", "sha256")],
+    )
+    .await
+    .upid();
+    s.wait_ok(&upid).await;
+    let log = s
+        .get(&format!("/nodes/pve1/tasks/{}/log", crate::encode(&upid)))
+        .await;
+    assert_eq!(
+        log.data()[0]["t"],
+        "OK, got correct file already, no need to download"
+    );
+}
+
+#[tokio::test]
+async fn download_url_of_import_images_lands_in_import() {
+    let s = sim().await;
+    place_file(&s, "local", "import", "debian.qcow2", vec![1; 10]).await;
+    let r = s
+        .get_q(
+            "/nodes/pve1/storage/local/content",
+            &[("content", "import")],
+        )
+        .await;
+    assert_eq!(r.data()[0]["volid"], "local:import/debian.qcow2");
+    assert_eq!(r.data()[0]["format"], "qcow2");
+}

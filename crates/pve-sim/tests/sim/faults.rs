@@ -161,3 +161,55 @@ async fn the_request_log_counts_requests_per_endpoint() {
     assert_eq!(first["user"], "root@pam!proxops");
     assert_eq!(body["counters"]["GET /nodes/{node}/qemu/{vmid}/config"], 2);
 }
+
+#[tokio::test]
+async fn the_control_api_fails_storage_listings_and_clears_faults() {
+    let s = sim().await;
+    let root = s.base.trim_end_matches("/api2/json").to_string();
+    let resp = s
+        .client
+        .post(format!("{root}/_sim/faults/storage-listing"))
+        .json(
+            &serde_json::json!({"node": "pve1", "storage": "local", "times": 5,
+            "message": "unable to activate storage 'local'"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let r = s.get("/nodes/pve1/storage/local/content").await;
+    assert_eq!(r.message(), "unable to activate storage 'local'\n");
+    s.client
+        .delete(format!("{root}/_sim/faults"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.get("/nodes/pve1/storage/local/content").await.status, 200);
+    let bad = s
+        .client
+        .post(format!("{root}/_sim/faults/http"))
+        .json(&serde_json::json!({"pattern": "(", "status": 500}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+}
+
+#[tokio::test]
+async fn a_download_task_can_be_made_to_fail() {
+    let s = sim().await;
+    s.sim
+        .control()
+        .fail_next_task("download", "download failed: exit code 4");
+    let base = crate::file_server(vec![("/a.iso", vec![1])]).await;
+    let url = format!("{base}/a.iso");
+    let upid = s
+        .post(
+            "/nodes/pve1/storage/local/download-url",
+            &[("url", &url), ("filename", "a.iso"), ("content", "iso")],
+        )
+        .await
+        .upid();
+    let status = s.wait(&upid).await;
+    assert_eq!(status["exitstatus"], "download failed: exit code 4");
+}

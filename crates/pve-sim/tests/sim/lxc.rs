@@ -246,3 +246,56 @@ async fn lxc_running_containers_keep_hostname_changes_pending() {
     assert_eq!(mem["value"], 1024);
     assert!(mem.get("pending").is_none());
 }
+
+#[tokio::test]
+async fn lxc_resize_grows_the_rootfs() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let upid = s
+        .put(
+            "/nodes/pve1/lxc/200/resize",
+            &[("disk", "rootfs"), ("size", "+1G")],
+        )
+        .await
+        .upid();
+    s.wait_ok(&upid).await;
+    assert_eq!(
+        ct_config(&s, "200").await["rootfs"],
+        "local-lvm:vm-200-disk-0,size=9G"
+    );
+}
+
+#[tokio::test]
+async fn lxc_mount_points_share_the_disk_counter() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[("mp0", "local-lvm:2,mp=/data")]).await;
+    assert_eq!(
+        ct_config(&s, "200").await["mp0"],
+        "local-lvm:vm-200-disk-1,mp=/data,size=2G"
+    );
+}
+
+#[tokio::test]
+async fn lxc_delete_of_a_protected_container_is_refused() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[("protection", "1")]).await;
+    let r = s.delete("/nodes/pve1/lxc/200", &[]).await;
+    assert_eq!(
+        r.message(),
+        "can't remove CT 200 - protection mode enabled\n"
+    );
+}
+
+#[tokio::test]
+async fn lxc_lock_timeouts_name_the_container_lock_file() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    s.sim.control().time_out_lock(200, 1);
+    let r = s
+        .put("/nodes/pve1/lxc/200/config", &[("memory", "1024")])
+        .await;
+    assert_eq!(
+        r.message(),
+        "can't lock file '/run/lock/lxc/pve-config-200.lock' - got timeout\n"
+    );
+}

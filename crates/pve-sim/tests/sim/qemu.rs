@@ -593,3 +593,96 @@ async fn import_from_refuses_cloudinit_sources() {
         .await;
     assert_eq!(r.status, 400, "{r:?}");
 }
+
+#[tokio::test]
+async fn revert_drops_pending_changes() {
+    let s = sim().await;
+    s.create_vm("100", &[("start", "1")]).await;
+    s.put("/nodes/pve1/qemu/100/config", &[("memory", "4096")])
+        .await;
+    assert_eq!(s.config("100").await["memory"], "4096");
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("revert", "memory")])
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(s.config("100").await["memory"], "1024");
+}
+
+#[tokio::test]
+async fn a_body_parameter_conflicting_with_the_path_is_a_400() {
+    let s = sim().await;
+    s.create_vm("100", &[]).await;
+    let r = s
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[("vmid", "101"), ("cores", "2")],
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.error("vmid"),
+        "duplicate parameter (already defined in URI) with conflicting values!"
+    );
+}
+
+#[tokio::test]
+async fn a_linked_clone_of_a_template_builds_on_the_base_volume() {
+    let s = sim().await;
+    s.create_vm("100", &[]).await;
+    let upid = s.post("/nodes/pve1/qemu/100/template", &[]).await.upid();
+    s.wait_ok(&upid).await;
+    let upid = s
+        .post("/nodes/pve1/qemu/100/clone", &[("newid", "101")])
+        .await
+        .upid();
+    s.wait_ok(&upid).await;
+    let cfg = s.config("101").await;
+    assert_eq!(
+        cfg["scsi0"],
+        "local-lvm:base-100-disk-0/vm-101-disk-0,size=8G"
+    );
+    assert_eq!(cfg["name"], "Copy-of-VM-web");
+}
+
+#[tokio::test]
+async fn a_linked_clone_of_a_plain_vm_is_refused() {
+    let s = sim().await;
+    s.create_vm("100", &[]).await;
+    let r = s
+        .post(
+            "/nodes/pve1/qemu/100/clone",
+            &[("newid", "101"), ("full", "0")],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "Linked clone feature is not supported for drive 'scsi0'\n"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_disk_detaches_it_as_unused_and_deleting_unused_frees_it() {
+    let s = sim().await;
+    s.create_vm("100", &[("scsi1", "local-lvm:2")]).await;
+    s.put("/nodes/pve1/qemu/100/config", &[("delete", "scsi1")])
+        .await;
+    let cfg = s.config("100").await;
+    assert_eq!(cfg["unused0"], "local-lvm:vm-100-disk-1");
+    s.put("/nodes/pve1/qemu/100/config", &[("delete", "unused0")])
+        .await;
+    let content = s.get("/nodes/pve1/storage/local-lvm/content").await;
+    assert_eq!(content.data().as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_running_task_can_be_stopped() {
+    let s = sim().await;
+    let upid = s.post("/nodes/pve1/qemu", &[("vmid", "100")]).await.upid();
+    let r = s
+        .delete(&format!("/nodes/pve1/tasks/{}", crate::encode(&upid)), &[])
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let status = s.wait(&upid).await;
+    assert_eq!(status["exitstatus"], "interrupted by signal");
+}
