@@ -206,10 +206,17 @@ impl Cluster {
 
     /// The storage definition, if it exists and applies to `node`.
     pub(crate) fn storage(&self, node: &str, sid: &str) -> Result<&StorageDef, ApiError> {
-        self.storages
+        let def = self
+            .storages
             .iter()
-            .find(|s| s.id == sid && s.is_on_node(node))
-            .ok_or_else(|| ApiError::die(format!("storage '{sid}' does not exist")))
+            .find(|s| s.id == sid)
+            .ok_or_else(|| ApiError::die(format!("storage '{sid}' does not exist")))?;
+        if !def.is_on_node(node) {
+            return Err(ApiError::die(format!(
+                "storage '{sid}' is not available on node '{node}'"
+            )));
+        }
+        Ok(def)
     }
 
     fn scope(&self, node: &str, sid: &str) -> Result<(String, String), ApiError> {

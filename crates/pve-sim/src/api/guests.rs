@@ -173,6 +173,12 @@ fn start_problem(cluster: &Cluster, g: &Guest) -> Option<String> {
     for (k, v) in &g.config {
         if g.kind == Kind::Qemu && guest::is_qemu_disk_key(k) {
             let file = PropertyString::parse(v, Some("file"));
+            if let Some(volid) = file.get("file")
+                && volid.contains(":iso/")
+                && cluster.volume(&g.node, volid).is_none()
+            {
+                return Some(format!("volume '{volid}' does not exist"));
+            }
             if let Some((sid, volname)) = file.get("file").and_then(storage::split_volid)
                 && !volname.starts_with("iso/")
                 && let Ok(def) = cluster.storage(&g.node, sid)

@@ -439,6 +439,7 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
         }
     };
     record.status = response.status().as_u16();
+    tracing::debug!(method = %record.method, path = %record.path, status = record.status, "request");
     shared.log().record(record);
     response
 }

@@ -686,3 +686,34 @@ async fn a_running_task_can_be_stopped() {
     let status = s.wait(&upid).await;
     assert_eq!(status["exitstatus"], "interrupted by signal");
 }
+
+#[tokio::test]
+async fn starting_with_a_missing_iso_fails_in_the_task() {
+    let s = sim().await;
+    s.create_vm("100", &[("ide2", "local:iso/missing.iso,media=cdrom")])
+        .await;
+    let upid = s
+        .post("/nodes/pve1/qemu/100/status/start", &[])
+        .await
+        .upid();
+    let status = s.wait(&upid).await;
+    assert_eq!(
+        status["exitstatus"],
+        "volume 'local:iso/missing.iso' does not exist"
+    );
+}
+
+#[tokio::test]
+async fn a_cloudinit_drive_on_a_storage_without_images_fails_at_start() {
+    let s = sim().await;
+    s.create_vm("100", &[("ide2", "local:cloudinit")]).await;
+    let upid = s
+        .post("/nodes/pve1/qemu/100/status/start", &[])
+        .await
+        .upid();
+    let status = s.wait(&upid).await;
+    assert_eq!(
+        status["exitstatus"],
+        "storage 'local' does not support content-type 'images'"
+    );
+}
