@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the run-*.sh conformance scripts (not executable on its own).
 # Builds proxops-pvesim (debug) and starts it over HTTPS on a free 127.0.0.1 port.
 # After `start_sim <name>`: SIM_PORT, SIM_PID, SIM_LOG are set and an EXIT trap stops it.
@@ -36,8 +37,8 @@ start_sim() {
   SIM_PID=$!
   trap stop_sim EXIT
   trap 'exit 130' INT TERM
-  local i
-  for i in $(seq 1 150); do
+  local _
+  for _ in $(seq 1 150); do
     if ! kill -0 "$SIM_PID" 2>/dev/null; then
       echo "proxops-pvesim exited before answering; its log ($SIM_LOG):" >&2
       cat "$SIM_LOG" >&2
