@@ -551,8 +551,38 @@ fn allows_token(method: &str, path: &str) -> bool {
         .is_none_or(|info| info.allowtoken)
 }
 
+/// Endpoints the issue asks for that `pve-api-subset.json` (and so the vendored schema)
+/// lacks, with their parameters from PVE's full API dump. Checked here by name only until
+/// the schema vendors them; remove an entry once it does.
+const UNVENDORED: &[(&str, &str, &[&str])] = &[
+    ("GET", "/cluster/status", &[]),
+    ("GET", "/access/permissions", &["path", "userid"]),
+];
+
 /// The one place requests meet the vendored schema.
 fn check_schema(method: &str, path: &str, params: &BTreeMap<String, String>) -> ApiResult<()> {
+    if let Some((_, _, allowed)) = UNVENDORED
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == path)
+        && Schema::vendored().route(method, path).is_err()
+    {
+        let errors: BTreeMap<String, String> = params
+            .keys()
+            .filter(|k| !allowed.contains(&k.as_str()))
+            .map(|k| {
+                (
+                    k.clone(),
+                    "property is not defined in schema and the schema does not allow additional properties"
+                        .to_string(),
+                )
+            })
+            .collect();
+        return if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Params(errors))
+        };
+    }
     match Schema::vendored().check(method, path, params) {
         Ok(_) => Ok(()),
         Err(SchemaError::NotImplemented) => Err(ApiError::NotImplemented {

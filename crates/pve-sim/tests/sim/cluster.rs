@@ -206,3 +206,15 @@ async fn guests_are_added_to_and_removed_from_pools() {
     let r = s.get("/pools/lab").await;
     assert_eq!(r.data()["members"].as_array().unwrap().len(), 0);
 }
+
+#[tokio::test]
+async fn cluster_status_lists_the_cluster_and_its_nodes() {
+    let s = sim().await;
+    let r = s.get("/cluster/status").await;
+    let list = r.data().as_array().unwrap();
+    assert_eq!(list[0]["type"], "cluster");
+    assert_eq!(list[0]["nodes"], 3);
+    assert_eq!(list[1]["type"], "node");
+    assert_eq!(list[1]["name"], "pve1");
+    assert_eq!(s.get_q("/cluster/status", &[("x", "1")]).await.status, 400);
+}
