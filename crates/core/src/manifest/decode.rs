@@ -204,26 +204,52 @@ impl NodeDeserializer<'_> {
     }
 
     fn integer(&self, min: i128, max: i128) -> i128 {
-        let parsed = self.plain().and_then(|t| t.trim().parse::<i128>().ok());
-        match parsed {
+        let text = self.plain().map(str::trim);
+        match text.and_then(|t| t.parse::<i128>().ok()) {
             Some(n) if (min..=max).contains(&n) => n,
-            Some(_) => {
+            Some(n) if n < min && min == 0 => {
+                self.report(
+                    self.node,
+                    format!("expected a whole number, found `{n}`"),
+                    None,
+                );
+                0
+            }
+            Some(n) if n < min => {
+                self.report(
+                    self.node,
+                    format!("`{n}` is too small (at least {min})"),
+                    None,
+                );
+                0
+            }
+            Some(n) => {
+                self.report(
+                    self.node,
+                    format!("`{n}` is too large (at most {max})"),
+                    None,
+                );
+                0
+            }
+            None if text
+                .is_some_and(|t| t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty()) =>
+            {
                 self.report(
                     self.node,
                     format!(
-                        "expected a whole number from {min} to {max}, found {}",
-                        self.node.as_str().unwrap_or_default()
+                        "`{}` is too large (at most {max})",
+                        text.unwrap_or_default()
                     ),
                     None,
                 );
                 0
             }
             None => {
-                if min >= 0 {
-                    self.mismatch("a whole number");
+                self.mismatch(if min >= 0 {
+                    "a whole number"
                 } else {
-                    self.mismatch("an integer");
-                }
+                    "an integer"
+                });
                 0
             }
         }

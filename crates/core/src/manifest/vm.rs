@@ -1581,4 +1581,17 @@ mod tests {
         assert_eq!(v.disks[0].iothread, Some(true));
         assert_eq!(v.pve_description.as_deref(), Some("no"));
     }
+
+    #[test]
+    fn out_of_range_integers_say_what_is_allowed() {
+        assert_errors(
+            &vm(
+                "  node: pve1\n  vmid: 101\n  memory: 2GiB\n  cpu: {type: host, cores: -1}\n  disks: [{storage: local, size: 8G}]\n  networks: [{bridge: vmbr0, rate-limit: 99999999999}]\n",
+            ),
+            &[
+                "test.yaml:9:28: error: spec.cpu.cores: expected a whole number, found `-1`",
+                "test.yaml:11:42: error: spec.networks[0].rate-limit: `99999999999` is too large (at most 4294967295)",
+            ],
+        );
+    }
 }
