@@ -2,13 +2,15 @@
 """Vendor the parameter schema that proxops-pve-sim validates requests against.
 
 Reads the PVE 9.1 API subset (../shared/pve-api/pve-api-subset.json, see its
-PROVENANCE.md) and writes crates/pve-sim/schema/pve-params.json: for every
-endpoint path and HTTP method, the facts JSONSchema.pm checks (type, optional,
-format, enum, pattern, limits, requires, property-string keys) and nothing
-else -- no description, verbose_description, typetext or format_description.
+PROVENANCE.md) plus a fixed list of extra endpoints (EXTRA_ENDPOINTS) from the
+full schema tree of the same dump (../shared/pve-api/apidoc-full.json), and
+writes crates/pve-sim/schema/pve-params.json: for every endpoint path and HTTP
+method, the facts JSONSchema.pm checks (type, optional, format, enum, pattern,
+limits, requires, property-string keys) and nothing else -- no description,
+verbose_description, typetext or format_description.
 
 Usage (from anywhere; paths default relative to the repository root):
-  python3 crates/pve-sim/tools/vendor_schema.py [SUBSET_JSON] [--out OUT_JSON]
+  python3 crates/pve-sim/tools/vendor_schema.py [SUBSET_JSON] [--full FULL_JSON] [--out OUT_JSON]
 
 Standard library only. The output is deterministic: sorted keys, indent 1,
 UTF-8, trailing newline; re-running on the same input is byte-identical.
@@ -21,6 +23,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_SUBSET = REPO_ROOT / ".." / "shared" / "pve-api" / "pve-api-subset.json"
+DEFAULT_FULL = REPO_ROOT / ".." / "shared" / "pve-api" / "apidoc-full.json"
 DEFAULT_OUT = REPO_ROOT / "crates" / "pve-sim" / "schema" / "pve-params.json"
 
 # Schema keys JSONSchema.pm's check_prop/check_object and parse_property_string
@@ -39,6 +42,17 @@ NUMERIC_KEYS = {"minimum", "maximum", "minLength", "maxLength"}
 # Hash (property-string) formats that the dump only names. Their key
 # definitions come from the hand-transcribed named_formats section.
 NAMED_PROPERTY_STRING_FORMATS = ["pve-qm-ipconfig", "pve-qm-cicustom", "pve-qm-boot"]
+
+# Endpoints the simulator serves (issue 3, item 3) that pve-api-subset.json
+# lacks. They are taken from apidoc-full.json, which is the whole tree of the
+# same dump (pve-docs a8736b6d, PVE 9.1); the endpoints the two files share
+# are identical there. Every other endpoint of issue 3's list is in the subset.
+# The script fails if one of these is missing from the full tree or is already
+# in the subset (then it no longer belongs here).
+EXTRA_ENDPOINTS = [
+    ("/access/permissions", "GET"),
+    ("/cluster/status", "GET"),
+]
 
 
 def die(msg):
@@ -103,10 +117,37 @@ def family(path):
     return None
 
 
-def vendor(subset):
+def full_tree_endpoints(full):
+    """(path, method) -> method schema, for every node of apidoc-full.json's tree."""
+    found = {}
+    stack = list(full)
+    while stack:
+        node = stack.pop()
+        for method, info in (node.get("info") or {}).items():
+            found[(node["path"], method)] = info
+        stack.extend(node.get("children") or [])
+    return found
+
+
+def extra_endpoints(subset, full):
+    """The EXTRA_ENDPOINTS, in the subset's endpoint shape (path, method, schema keys)."""
+    in_subset = {(ep["path"], ep["method"]) for ep in subset["endpoints"]}
+    tree = full_tree_endpoints(full)
+    out = []
+    for path, method in EXTRA_ENDPOINTS:
+        if (path, method) in in_subset:
+            die(f"{method} {path}: already in the subset; drop it from EXTRA_ENDPOINTS")
+        info = tree.get((path, method))
+        if info is None:
+            die(f"{method} {path}: not in the full schema")
+        out.append({"path": path, "method": method, **info})
+    return out
+
+
+def vendor(subset, full):
     ranges = subset.get("indexed_option_ranges", {})
     endpoints = {}
-    for ep in subset["endpoints"]:
+    for ep in subset["endpoints"] + extra_endpoints(subset, full):
         path, method = ep["path"], ep["method"]
         where = f"{method} {path}"
         params = ep.get("parameters") or {}
@@ -152,7 +193,11 @@ def vendor(subset):
     return {
         "_origin": {
             "generator": "crates/pve-sim/tools/vendor_schema.py",
-            "input": "../shared/pve-api/pve-api-subset.json (see ../shared/pve-api/PROVENANCE.md)",
+            "extra_endpoints_from_full": [f"{m} {p}" for p, m in EXTRA_ENDPOINTS],
+            "inputs": [
+                "../shared/pve-api/pve-api-subset.json (see ../shared/pve-api/PROVENANCE.md)",
+                "../shared/pve-api/apidoc-full.json (extra_endpoints_from_full only)",
+            ],
             "licence": meta.get("licence"),
             "pve_docs_version": meta.get("pve_docs_version"),
             "source_commit": meta.get("source_commit"),
@@ -167,11 +212,16 @@ def vendor(subset):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("subset", nargs="?", default=str(DEFAULT_SUBSET))
+    ap.add_argument("--full", default=str(DEFAULT_FULL))
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args()
     with open(args.subset, encoding="utf-8") as fh:
         subset = json.load(fh)
-    out = vendor(subset)
+    with open(args.full, encoding="utf-8") as fh:
+        full = json.load(fh)
+    if not isinstance(full, list):
+        die(f"{args.full}: expected the schema tree (a JSON array)")
+    out = vendor(subset, full)
     text = json.dumps(out, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     with open(args.out, "w", encoding="utf-8", newline="\n") as fh:
         fh.write(text)
