@@ -307,7 +307,7 @@ pub(crate) struct RawCloudInitDrive {
     pub(crate) enabled: Option<bool>,
     /// Storage (with `images` content); required when enabled.
     pub(crate) storage: Option<String>,
-    /// Size (default 4M).
+    /// Size (default 4MiB).
     pub(crate) size: Option<RawQuantity>,
 }
 

@@ -285,7 +285,7 @@ pub struct EfiDisk {
 pub struct CloudInitDrive {
     /// Storage.
     pub storage: StorageId,
-    /// Size (default 4M).
+    /// Size (default 4 MiB).
     pub size: ByteSize,
 }
 
@@ -801,7 +801,8 @@ fn check_hardware(
                 }
             };
             let size = match &c.size {
-                None => ByteSize::parse("4M").ok(),
+                // PVE reads its own `4M` as 4 MiB.
+                None => Some(ByteSize::from_mib(4)),
                 Some(s) => check_size(ck, "spec.hardware.cloud-init.size", s),
             };
             (|| {
