@@ -340,6 +340,9 @@ pub(super) fn get(ctx: &Ctx, kind: Kind) -> ApiResult {
     for (k, v) in &config {
         let value = if k == "cipassword" {
             Value::from(MASK)
+        } else if kind == Kind::Lxc && k == "description" && !v.ends_with('\n') {
+            // pve-container keeps the newline of the last comment line.
+            Value::from(format!("{v}\n"))
         } else {
             guest::json_value(kind, k, v)
         };

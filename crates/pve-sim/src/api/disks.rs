@@ -119,6 +119,11 @@ pub(super) fn alloc_qemu_drive(
         };
         bytes.div_ceil(1 << 30).max(1) << 30
     } else if key == "efidisk0" {
+        // New EFI disks with enrolled keys get the 2023 Microsoft certificates (LIVE-FACTS
+        // §1.3: PVE adds `ms-cert`, and a write without it removes it again).
+        if p.get("pre-enrolled-keys") == Some("1") && p.get("ms-cert").is_none() {
+            p.set("ms-cert", "2023");
+        }
         if p.get("efitype") == Some("4m") {
             4 << 20
         } else {

@@ -299,3 +299,10 @@ async fn lxc_lock_timeouts_name_the_container_lock_file() {
         "can't lock file '/run/lock/lxc/pve-config-200.lock' - got timeout\n"
     );
 }
+
+#[tokio::test]
+async fn lxc_descriptions_come_back_with_a_trailing_newline() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[("description", "web server")]).await;
+    assert_eq!(ct_config(&s, "200").await["description"], "web server\n");
+}

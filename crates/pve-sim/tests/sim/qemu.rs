@@ -717,3 +717,22 @@ async fn a_cloudinit_drive_on_a_storage_without_images_fails_at_start() {
         "storage 'local' does not support content-type 'images'"
     );
 }
+
+#[tokio::test]
+async fn an_efi_disk_with_enrolled_keys_gets_4m_and_the_2023_certificates() {
+    let s = sim().await;
+    s.create_vm(
+        "100",
+        &[
+            ("efidisk0", "local-lvm:1,efitype=4m,pre-enrolled-keys=1"),
+            ("bios", "ovmf"),
+        ],
+    )
+    .await;
+    let cfg = s.config("100").await;
+    assert_eq!(
+        cfg["efidisk0"],
+        "local-lvm:vm-100-disk-1,efitype=4m,ms-cert=2023,pre-enrolled-keys=1,size=4M"
+    );
+    assert_eq!(cfg["scsi0"], "local-lvm:vm-100-disk-0,size=8G");
+}
