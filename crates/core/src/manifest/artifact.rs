@@ -149,7 +149,7 @@ pub(crate) fn check_artifact(
         let lower = f.to_ascii_lowercase();
         if !accepted.iter().any(|ext| lower.ends_with(ext) && lower.len() > ext.len()) {
             let list = accepted.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ");
-            ck.error_help("spec.filename", format!("`{f}` does not have a {kind} extension"), format!("a {kind} file name ends in one of {list}"));
+            ck.error_help("spec.filename", format!("`{f}` does not have the extension of {kind} files"), format!("{kind} file names end in one of {list}"));
             return None;
         }
         Some(f.clone())
@@ -394,7 +394,7 @@ mod tests {
                 "  nodes: [pve1]\n  storage: local\n  filename: a.qcow2\n  url: https://x.org/a\n",
             ),
             &[
-                "test.yaml:8:13: error: spec.filename: `a.qcow2` does not have a ISO extension\n  help: a ISO file name ends in one of `.iso`, `.img`",
+                "test.yaml:8:13: error: spec.filename: `a.qcow2` does not have the extension of ISO files\n  help: ISO file names end in one of `.iso`, `.img`",
             ],
         );
         let ctt = doc(
@@ -404,7 +404,7 @@ mod tests {
         );
         assert_eq!(
             errors(&ctt)[0],
-            "test.yaml:8:13: error: spec.filename: `a.tar.lz` does not have a CTTemplate extension\n  help: a CTTemplate file name ends in one of `.tar`, `.tar.gz`, `.tar.xz`, `.tar.zst`, `.tar.bz2`"
+            "test.yaml:8:13: error: spec.filename: `a.tar.lz` does not have the extension of CTTemplate files\n  help: CTTemplate file names end in one of `.tar`, `.tar.gz`, `.tar.xz`, `.tar.zst`, `.tar.bz2`"
         );
         let img = doc(
             "DiskImage",
