@@ -71,7 +71,14 @@ pub struct RunningSim {
     tls: bool,
     fingerprint: Option<String>,
     control: SimControl,
-    accept: JoinHandle<()>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Drop for RunningSim {
+    /// Dropping the handle stops the simulator too (without waiting for it).
+    fn drop(&mut self) {
+        self.control.shared().cancel.cancel();
+    }
 }
 
 impl RunningSim {
@@ -97,10 +104,12 @@ impl RunningSim {
     }
 
     /// Stops accepting, lets open requests finish, and cancels running tasks.
-    pub async fn shutdown(self) {
-        let shared = self.control.shared();
+    pub async fn shutdown(mut self) {
+        let shared = Arc::clone(self.control.shared());
         shared.cancel.cancel();
-        let _ = self.accept.await;
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
+        }
         shared.tracker.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), shared.tracker.wait()).await;
     }
@@ -139,7 +148,7 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSi
         tls: config.tls,
         fingerprint,
         control: SimControl::new(shared),
-        accept,
+        accept: Some(accept),
     })
 }
 
