@@ -51,7 +51,7 @@ fn split_list(v: Option<&str>) -> Vec<String> {
 }
 
 impl Update {
-    pub(super) fn parse(ctx: &Ctx) -> ApiResult<Self> {
+    pub(super) fn parse(ctx: &Ctx, kind: Kind) -> ApiResult<Self> {
         let p = &ctx.params;
         let set: BTreeMap<String, String> =
             p.0.iter()
@@ -64,6 +64,9 @@ impl Update {
             return Err(ApiError::die("no options specified"));
         }
         for k in &delete {
+            if !is_known_option(kind, k) {
+                return Err(ApiError::param("delete", format!("unknown option '{k}'")));
+            }
             if set.contains_key(k) {
                 return Err(ApiError::param(
                     "delete",
@@ -92,6 +95,22 @@ impl Update {
             digest: p.get("digest").map(str::to_string),
             skiplock: p.flag("skiplock").unwrap_or(false),
         })
+    }
+}
+
+/// Whether `key` is a config option of the guest type (`option_exists`): asks the vendored
+/// schema whether the config PUT endpoint defines it.
+fn is_known_option(kind: Kind, key: &str) -> bool {
+    const UNDEFINED: &str =
+        "property is not defined in schema and the schema does not allow additional properties";
+    let path = format!("/nodes/pve1/{}/100/config", kind.as_str());
+    let probe = BTreeMap::from([(key.to_string(), String::new())]);
+    match crate::schema::Schema::vendored().check("PUT", &path, &probe) {
+        Ok(_) => true,
+        Err(crate::schema::SchemaError::Invalid(errors)) => {
+            errors.get(key).is_none_or(|m| m != UNDEFINED)
+        }
+        Err(crate::schema::SchemaError::NotImplemented) => true,
     }
 }
 
@@ -262,7 +281,7 @@ pub(super) async fn put(ctx: &Ctx, kind: Kind) -> ApiResult {
         cluster.node(&node)?;
         cluster.guest(&node, vmid, kind)?;
     }
-    let update = Update::parse(ctx)?;
+    let update = Update::parse(ctx, kind)?;
     wait_config_lock(ctx, kind, vmid).await?;
     let mut cluster = ctx.shared.cluster();
     let g = cluster.guest(&node, vmid, kind)?.clone();
@@ -278,7 +297,7 @@ pub(super) async fn post(ctx: &Ctx) -> ApiResult {
         cluster.node(&node)?;
         cluster.guest(&node, vmid, Kind::Qemu)?;
     }
-    let update = Update::parse(ctx)?;
+    let update = Update::parse(ctx, Kind::Qemu)?;
     let background_delay = ctx.params.u64("background_delay")?;
     wait_config_lock(ctx, Kind::Qemu, vmid).await?;
     let upid = {

@@ -736,3 +736,14 @@ async fn an_efi_disk_with_enrolled_keys_gets_4m_and_the_2023_certificates() {
     );
     assert_eq!(cfg["scsi0"], "local-lvm:vm-100-disk-0,size=8G");
 }
+
+#[tokio::test]
+async fn deleting_an_unknown_option_is_a_400() {
+    let s = sim().await;
+    s.create_vm("100", &[]).await;
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("delete", "nestedvirt")])
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.error("delete"), "unknown option 'nestedvirt'");
+}
