@@ -52,6 +52,8 @@ pub(crate) struct Guest {
     pub(crate) config: BTreeMap<String, String>,
     pub(crate) pending: BTreeMap<String, String>,
     pub(crate) pending_delete: BTreeSet<String>,
+    /// Pending deletes given with `force=1`: volumes are freed, not kept as `unusedN`.
+    pub(crate) pending_force: BTreeSet<String>,
     pub(crate) running: bool,
     pub(crate) started_at: Option<u64>,
     pub(crate) pid: Option<u32>,
@@ -66,6 +68,7 @@ impl Guest {
             config: BTreeMap::new(),
             pending: BTreeMap::new(),
             pending_delete: BTreeSet::new(),
+            pending_force: BTreeSet::new(),
             running: false,
             started_at: None,
             pid: None,
@@ -108,7 +111,17 @@ impl Guest {
         if !self.pending.is_empty() || !self.pending_delete.is_empty() {
             text.push_str("\n[PENDING]\n");
             if !self.pending_delete.is_empty() {
-                let keys: Vec<&str> = self.pending_delete.iter().map(String::as_str).collect();
+                let keys: Vec<String> = self
+                    .pending_delete
+                    .iter()
+                    .map(|k| {
+                        if self.pending_force.contains(k) {
+                            format!("!{k}")
+                        } else {
+                            k.clone()
+                        }
+                    })
+                    .collect();
                 text.push_str(&format!("delete: {}\n", keys.join(",")));
             }
             for (k, v) in &self.pending {

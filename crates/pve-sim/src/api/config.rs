@@ -38,6 +38,7 @@ pub(super) struct Update {
     revert: Vec<String>,
     digest: Option<String>,
     skiplock: bool,
+    force: bool,
 }
 
 fn split_list(v: Option<&str>) -> Vec<String> {
@@ -94,6 +95,7 @@ impl Update {
             revert,
             digest: p.get("digest").map(str::to_string),
             skiplock: p.flag("skiplock").unwrap_or(false),
+            force: p.flag("force").unwrap_or(false),
         })
     }
 }
@@ -249,17 +251,22 @@ fn apply(cluster: &mut Cluster, vmid: u32, u: &Update) -> Result<(), String> {
     };
     for (k, v) in values {
         g.pending_delete.remove(&k);
+        g.pending_force.remove(&k);
         g.pending.insert(k, v);
     }
     for k in &u.delete {
         g.pending.remove(k);
         if g.config.contains_key(k) {
             g.pending_delete.insert(k.clone());
+            if u.force {
+                g.pending_force.insert(k.clone());
+            }
         }
     }
     for k in &u.revert {
         g.pending.remove(k);
         g.pending_delete.remove(k);
+        g.pending_force.remove(k);
     }
     if g.running {
         disks::apply_pending(cluster, &mut g, &|k| guest::is_hotpluggable(kind, k));
@@ -403,7 +410,7 @@ pub(super) fn pending(ctx: &Ctx, kind: Kind) -> ApiResult {
                     e["pending"] = shown(k, v);
                 }
                 if g.pending_delete.contains(k) {
-                    e["delete"] = 1.into();
+                    e["delete"] = (if g.pending_force.contains(k) { 2 } else { 1 }).into();
                 }
                 e
             })

@@ -311,10 +311,16 @@ pub(super) fn apply_pending(cluster: &mut Cluster, g: &mut Guest, select: &dyn F
         .collect();
     for k in deletes {
         g.pending_delete.remove(&k);
+        let forced = g.pending_force.remove(&k);
         if let Some(old) = g.config.remove(&k)
             && is_volume_key(g.kind, &k)
         {
-            retire_volume(cluster, g, &k, &old);
+            match volid_of(&old) {
+                Some(volid) if forced => {
+                    cluster.free_volume(&g.node, &volid);
+                }
+                _ => retire_volume(cluster, g, &k, &old),
+            }
         }
     }
 }

@@ -747,3 +747,18 @@ async fn deleting_an_unknown_option_is_a_400() {
     assert_eq!(r.status, 400, "{r:?}");
     assert_eq!(r.error("delete"), "unknown option 'nestedvirt'");
 }
+
+#[tokio::test]
+async fn a_forced_delete_frees_the_disk_instead_of_keeping_it_unused() {
+    let s = sim().await;
+    s.create_vm("100", &[("scsi1", "local-lvm:2")]).await;
+    s.put(
+        "/nodes/pve1/qemu/100/config",
+        &[("delete", "scsi1"), ("force", "1")],
+    )
+    .await;
+    let cfg = s.config("100").await;
+    assert!(cfg.get("unused0").is_none(), "{cfg}");
+    let content = s.get("/nodes/pve1/storage/local-lvm/content").await;
+    assert_eq!(content.data().as_array().unwrap().len(), 1);
+}
