@@ -407,7 +407,13 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
 
     let query = parts.uri.query().unwrap_or("");
     let content_type = header(&parts, "content-type").unwrap_or("");
-    let params = extract_params(query, content_type, &body);
+    // GET and DELETE take parameters from the query string only.
+    let body_params: &[u8] = if matches!(method.as_str(), "POST" | "PUT") {
+        &body
+    } else {
+        &[]
+    };
+    let params = extract_params(query, content_type, body_params);
     let mut record = RequestRecord {
         seq: 0,
         method: method.clone(),
