@@ -12,6 +12,7 @@
 //! - [`repository`]: [`load`], a repository's files → layout, one desired state per cluster.
 //! - [`schema`]: a JSON Schema of the manifest format, derived from the parser's raw types.
 //! - [`observed`]: [`observed::ObservedState`], what PVE reported, as plain data.
+//! - [`guest`]: a VM or LXC spec ⇄ its PVE config: render, read back, compare semantically.
 //! - [`plan`]: [`plan::plan`], desired vs observed → levels of actions and findings.
 #![warn(missing_docs)]
 
@@ -23,6 +24,7 @@ pub mod graph;
 pub mod repository;
 pub mod schema;
 pub mod observed;
+pub mod guest;
 pub mod plan;
 
 pub use desired::Manifest;

@@ -1,0 +1,1203 @@
+//! A rendered guest config against the live one → [`GuestDiff`]: the keys to write (only the
+//! changed ones), the keys to delete, the volumes to grow, and findings for what must not be
+//! written.
+//!
+//! Semantic, and only over the keys ProxOps owns: PVE-filled values (generated MACs,
+//! `smbios1`, `vmgenid`, volume names, `size=`) are ignored unless declared; `sshkeys` compare
+//! as a decoded set, tags and nameservers as sets, descriptions without their trailing
+//! newline, booleans as `1`/`0` with PVE's default for an absent key. A live volume is never
+//! given a create-form value: option changes are written in its live form (its own volid),
+//! and a pool change or a shrink is a finding. Live-only disk, NIC, mount point and PCI slots
+//! are findings, never removed. This module decides nothing about power or ordering.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::GuestType;
+use super::live::{LiveConfig, is_disk_key, numbered};
+use super::property::{PropertyString, parse_bool, parse_pve_size, percent_decode};
+use super::render::{DiskRole, DiskRule, RenderedConfig, Resize, Rule};
+
+/// A size PVE may round a volume up to (an LVM extent); a live volume at most this much
+/// larger than declared is not a shrink.
+const EXTENT: u64 = 4 << 20;
+
+/// Cloud-init identity keys a full clone inherits from its template.
+const CLONE_IDENTITY_KEYS: [&str; 6] = [
+    "ciuser",
+    "sshkeys",
+    "cipassword",
+    "cicustom",
+    "nameserver",
+    "searchdomain",
+];
+
+/// What the caller knows beyond the two configs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompareContext {
+    /// The guest came from a full clone (also implied by a rendered `clone`): its disks come
+    /// from the template, and inherited cloud-init identity keys are deleted.
+    pub clone_backed: bool,
+}
+
+/// What a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FindingKind {
+    /// A disk, NIC, mount point or PCI slot that exists live and is not declared.
+    LiveOnlySlot,
+    /// A change that would lose data or cannot be made in place (pool change, shrink,
+    /// volume over a non-empty slot, bind mount ↔ volume).
+    UnsafeVolumeChange,
+    /// A create-only field differs (e.g. `unprivileged`): only a recreate would apply it.
+    RequiresRecreate,
+    /// An owned value differs and cannot be written (kept for the planner's report mode).
+    Drift,
+}
+
+/// One thing the diff will not change, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The config key (or `key.part`, e.g. `scsi0.size`).
+    pub field: String,
+    /// What the manifest wants.
+    pub desired: String,
+    /// What PVE has (empty when absent).
+    pub observed: String,
+    /// The kind of finding.
+    pub kind: FindingKind,
+}
+
+/// What to do to bring one guest's config to the manifest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuestDiff {
+    /// Keys to write, only the changed ones (`PUT .../config`).
+    pub set: BTreeMap<String, String>,
+    /// Owned optional keys to remove (`delete=`); never also in `set`.
+    pub delete: BTreeSet<String>,
+    /// Volumes to grow, after `set` is written.
+    pub resize: Vec<Resize>,
+    /// What is not changed, and why.
+    pub findings: Vec<Finding>,
+    /// Whether any change in `set` is one PVE applies only to a stopped guest (the Go
+    /// program's stop-required markers).
+    pub needs_stop: bool,
+    /// The keys in `set` that make `needs_stop` true.
+    pub stop_keys: BTreeSet<String>,
+}
+
+impl GuestDiff {
+    /// Whether there is nothing to write, delete, grow or report.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+            && self.delete.is_empty()
+            && self.resize.is_empty()
+            && self.findings.is_empty()
+    }
+
+    /// Whether there is anything to write, delete or grow (findings aside).
+    pub fn has_changes(&self) -> bool {
+        !(self.set.is_empty() && self.delete.is_empty() && self.resize.is_empty())
+    }
+
+    fn write(&mut self, guest_type: GuestType, key: &str, value: String, stop: bool) {
+        if stop || is_stop_key(guest_type, key) {
+            self.needs_stop = true;
+            self.stop_keys.insert(key.to_owned());
+        }
+        self.set.insert(key.to_owned(), value);
+    }
+
+    fn finding(&mut self, field: String, desired: &str, observed: &str, kind: FindingKind) {
+        self.findings.push(Finding {
+            field,
+            desired: desired.to_owned(),
+            observed: observed.to_owned(),
+            kind,
+        });
+    }
+}
+
+/// Compares what ProxOps owns in `rendered` with the `live` config.
+pub fn compare(
+    rendered: &RenderedConfig,
+    live: &LiveConfig,
+    context: &CompareContext,
+) -> GuestDiff {
+    let guest_type = rendered.guest_type;
+    let clone_backed = context.clone_backed || rendered.clone.is_some();
+    let mut diff = GuestDiff::default();
+
+    for (key, owned) in &rendered.owned {
+        let observed = live.get(key);
+        match &owned.rule {
+            Rule::Disk(rule) => {
+                compare_disk(guest_type, key, &owned.value, rule, observed, &mut diff)
+            }
+            Rule::BindMount => compare_bind(guest_type, key, &owned.value, observed, &mut diff),
+            rule => {
+                if !matches(rule, &owned.value, observed) {
+                    diff.write(guest_type, key, owned.value.clone(), false);
+                }
+            }
+        }
+    }
+
+    if let Some(desired) = rendered.create_only.get("unprivileged") {
+        let observed = live.get("unprivileged");
+        let live_value = observed.and_then(parse_bool).unwrap_or(false);
+        if parse_bool(desired) != Some(live_value) {
+            diff.finding(
+                "unprivileged".to_owned(),
+                desired,
+                observed.unwrap_or(""),
+                FindingKind::RequiresRecreate,
+            );
+        }
+    }
+
+    for (key, entry) in live.entries() {
+        if rendered.owned.contains_key(key) || entry.pve_filled {
+            continue;
+        }
+        let live_only = match guest_type {
+            GuestType::Qemu => {
+                (is_disk_key(key) && !clone_backed && holds_volume(&entry.raw))
+                    || numbered(key, "net")
+                    || numbered(key, "hostpci")
+            }
+            GuestType::Lxc => numbered(key, "mp") || numbered(key, "net"),
+        };
+        if live_only {
+            diff.finding(key.to_owned(), "", &entry.raw, FindingKind::LiveOnlySlot);
+        }
+        let inherited = CLONE_IDENTITY_KEYS.contains(&key) || numbered(key, "ipconfig");
+        if clone_backed
+            && guest_type == GuestType::Qemu
+            && inherited
+            && !rendered.kept.contains(key)
+        {
+            diff.delete.insert(key.to_owned());
+        }
+    }
+    // PVE refuses a request that sets and deletes one key (LIVE-FACTS §1.4).
+    let set = &diff.set;
+    diff.delete.retain(|k| !set.contains_key(k));
+    diff
+}
+
+/// Whether a live drive value holds a volume (not empty, not a CD-ROM, not cloud-init).
+fn holds_volume(raw: &str) -> bool {
+    let p = PropertyString::parse(raw, Some("file"));
+    let file = p.get("file").unwrap_or("");
+    !(file.is_empty()
+        || file == "none"
+        || p.get("media") == Some("cdrom")
+        || file.contains(":iso/"))
+}
+
+/// Keys PVE applies only to a stopped guest, per the Go program's stop-required markers.
+fn is_stop_key(guest_type: GuestType, key: &str) -> bool {
+    match guest_type {
+        GuestType::Qemu => {
+            matches!(
+                key,
+                "memory"
+                    | "cores"
+                    | "cpu"
+                    | "sockets"
+                    | "numa"
+                    | "machine"
+                    | "bios"
+                    | "serial0"
+                    | "scsihw"
+                    | "tpmstate0"
+            ) || numbered(key, "net")
+                || numbered(key, "hostpci")
+        }
+        GuestType::Lxc => {
+            matches!(
+                key,
+                "memory"
+                    | "swap"
+                    | "cores"
+                    | "arch"
+                    | "rootfs"
+                    | "features"
+                    | "onboot"
+                    | "protection"
+                    | "console"
+                    | "startup"
+            ) || numbered(key, "mp")
+                || numbered(key, "net")
+        }
+    }
+}
+
+/// Whether the live value satisfies an owned value under a (non-volume) rule.
+fn matches(rule: &Rule, desired: &str, observed: Option<&str>) -> bool {
+    match rule {
+        Rule::Scalar => observed.is_some_and(|o| part_eq("", desired, o)),
+        Rule::Bool { pve_default } => {
+            let live = observed.and_then(first_bool).or(*pve_default);
+            parse_bool(desired).is_some() && live == parse_bool(desired)
+        }
+        Rule::Props {
+            bare_key,
+            ignore_extra,
+        } => props_match(desired, observed.unwrap_or(""), *bare_key, *ignore_extra),
+        Rule::QemuNet => observed.is_some_and(|o| qemu_net_matches(desired, o)),
+        Rule::Set { lowercase } => {
+            set_of(desired, *lowercase) == set_of(observed.unwrap_or(""), *lowercase)
+        }
+        Rule::SshKeys => ssh_key_set(desired) == ssh_key_set(observed.unwrap_or("")),
+        Rule::Description => observed.is_some_and(|o| {
+            o.trim_end_matches(['\n', '\r']) == desired.trim_end_matches(['\n', '\r'])
+        }),
+        // Volumes are compared by `compare_disk` and `compare_bind`.
+        Rule::Disk(_) | Rule::BindMount => observed == Some(desired),
+    }
+}
+
+/// The boolean of a value such as `1`, `0` or `1,type=virtio`.
+fn first_bool(raw: &str) -> Option<bool> {
+    PropertyString::parse(raw, Some("enabled"))
+        .get("enabled")
+        .and_then(parse_bool)
+}
+
+/// PVE's value for a property-string part that is absent.
+fn part_default(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "iothread" | "ssd" | "firewall" | "ro" | "quota" | "shared" | "backup" | "nesting"
+        | "hidden" | "pcie" | "keyctl" | "fuse" | "pre-enrolled-keys" => "0",
+        "discard" => "ignore",
+        "media" => "disk",
+        "type" => "veth",
+        "efitype" => "2m",
+        _ => return None,
+    })
+}
+
+/// Whether two part values are the same: MACs and PCI addresses in any case, numbers by
+/// value, booleans by meaning, everything else exactly (trimmed).
+fn part_eq(key: &str, desired: &str, observed: &str) -> bool {
+    let (d, o) = (desired.trim(), observed.trim());
+    if d == o {
+        return true;
+    }
+    if matches!(key, "hwaddr" | "macaddr" | "host") {
+        return d.eq_ignore_ascii_case(o);
+    }
+    if let (Ok(a), Ok(b)) = (d.parse::<f64>(), o.parse::<f64>()) {
+        return a == b;
+    }
+    matches!((parse_bool(d), parse_bool(o)), (Some(a), Some(b)) if a == b)
+}
+
+/// Every declared part matches (absent live parts count as PVE's default); with
+/// `ignore_extra` false, the live value has no other parts either.
+fn props_match(desired: &str, observed: &str, bare_key: Option<&str>, ignore_extra: bool) -> bool {
+    let d = PropertyString::parse(desired, bare_key);
+    let o = PropertyString::parse(observed, bare_key);
+    parts_match(&d, &o) && (ignore_extra || o.items().iter().all(|(k, _)| d.get(k).is_some()))
+}
+
+fn parts_match(desired: &PropertyString, observed: &PropertyString) -> bool {
+    desired.items().iter().all(|(k, v)| {
+        observed
+            .get(k)
+            .or_else(|| part_default(k))
+            .is_some_and(|o| part_eq(k, v, o))
+    })
+}
+
+/// A qemu NIC value as (model, MAC, other parts).
+fn split_qemu_net(value: &str) -> (String, Option<String>, PropertyString) {
+    let p = PropertyString::parse(value, Some("model"));
+    let mut model = String::new();
+    let mut mac = None;
+    let mut rest = PropertyString::default();
+    for (i, (k, v)) in p.items().iter().enumerate() {
+        match (i, k.as_str()) {
+            (0, "model") => model.clone_from(v),
+            (0, _) => {
+                model.clone_from(k);
+                mac = Some(v.clone());
+            }
+            (_, "macaddr") => mac = Some(v.clone()),
+            _ => rest.set(k, v),
+        }
+    }
+    (model, mac, rest)
+}
+
+fn qemu_net_matches(desired: &str, observed: &str) -> bool {
+    let (d_model, d_mac, d_rest) = split_qemu_net(desired);
+    let (o_model, o_mac, o_rest) = split_qemu_net(observed);
+    let mac_ok = match (&d_mac, &o_mac) {
+        (None, _) => true,
+        (Some(d), Some(o)) => d.eq_ignore_ascii_case(o),
+        (Some(_), None) => false,
+    };
+    d_model == o_model && mac_ok && parts_match(&d_rest, &o_rest)
+}
+
+fn set_of(value: &str, lowercase: bool) -> BTreeSet<String> {
+    value
+        .split(|c: char| c == ';' || c == ',' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            if lowercase {
+                t.to_lowercase()
+            } else {
+                t.to_owned()
+            }
+        })
+        .collect()
+}
+
+fn ssh_key_set(encoded: &str) -> BTreeSet<String> {
+    percent_decode(encoded)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The key of a volume's bare part.
+fn volume_key(guest_type: GuestType, key: &str) -> &'static str {
+    if guest_type == GuestType::Lxc && (key == "rootfs" || numbered(key, "mp")) {
+        "volume"
+    } else {
+        "file"
+    }
+}
+
+fn compare_disk(
+    guest_type: GuestType,
+    key: &str,
+    create_form: &str,
+    rule: &DiskRule,
+    observed: Option<&str>,
+    diff: &mut GuestDiff,
+) {
+    let bare = volume_key(guest_type, key);
+    let live = PropertyString::parse(observed.unwrap_or(""), Some(bare));
+    let file = live.get(bare).unwrap_or("");
+    let is_cloudinit_volume = file.contains("cloudinit");
+    let is_cdrom = live.get("media") == Some("cdrom") || file.contains(":iso/");
+    let empty = file.is_empty() || file == "none";
+
+    // A create form goes only into an empty slot (the Go program's data-loss guard); the
+    // cloud-init drive may also replace a CD-ROM, which holds no data.
+    let replaceable =
+        empty || (rule.role == DiskRole::CloudInit && is_cdrom && !is_cloudinit_volume);
+    if replaceable {
+        diff.write(guest_type, key, create_form.to_owned(), false);
+        if let (Some(_), Some(size)) = (&rule.import_from, rule.size) {
+            diff.resize.push(Resize {
+                slot: key.to_owned(),
+                size,
+            });
+        }
+        return;
+    }
+    let observed = observed.unwrap_or("");
+    let wrong_content = match rule.role {
+        DiskRole::CloudInit => !is_cloudinit_volume,
+        DiskRole::MountPoint | DiskRole::RootFs => file.starts_with('/'),
+        DiskRole::Data | DiskRole::Efi | DiskRole::Tpm => is_cdrom || is_cloudinit_volume,
+    };
+    if wrong_content {
+        diff.finding(
+            key.to_owned(),
+            create_form,
+            observed,
+            FindingKind::UnsafeVolumeChange,
+        );
+        return;
+    }
+    let pool = file.split_once(':').map_or(file, |(pool, _)| pool);
+    if pool != rule.storage {
+        diff.finding(
+            format!("{key}.storage"),
+            &rule.storage,
+            pool,
+            FindingKind::UnsafeVolumeChange,
+        );
+        return;
+    }
+    let sized = matches!(
+        rule.role,
+        DiskRole::Data | DiskRole::RootFs | DiskRole::MountPoint
+    );
+    if let (true, Some(size), Some(live_bytes)) =
+        (sized, rule.size, live.get("size").and_then(parse_pve_size))
+    {
+        let declared = size.bytes();
+        // PVE rounds an allocation down to KiB, and storages round up to their extents.
+        if live_bytes < declared & !1023 {
+            diff.resize.push(Resize {
+                slot: key.to_owned(),
+                size,
+            });
+        } else if live_bytes > declared.div_ceil(EXTENT).saturating_mul(EXTENT) {
+            diff.finding(
+                format!("{key}.size"),
+                &size.to_string(),
+                live.get("size").unwrap_or(""),
+                FindingKind::UnsafeVolumeChange,
+            );
+        }
+    }
+    let changed: Vec<&(String, String)> = rule
+        .options
+        .iter()
+        .filter(|(k, v)| {
+            !live
+                .get(k)
+                .or_else(|| part_default(k))
+                .is_some_and(|o| part_eq(k, v, o))
+        })
+        .collect();
+    if changed.is_empty() {
+        return;
+    }
+    // The live form: the volume's own volid and every live part, with the declared options.
+    let mut rewritten = live.clone();
+    for (k, v) in &changed {
+        rewritten.set(k, v);
+    }
+    let stop = guest_type == GuestType::Qemu && changed.iter().any(|(k, _)| k == "iothread");
+    diff.write(guest_type, key, rewritten.to_value(Some(bare)), stop);
+}
+
+fn compare_bind(
+    guest_type: GuestType,
+    key: &str,
+    desired: &str,
+    observed: Option<&str>,
+    diff: &mut GuestDiff,
+) {
+    let Some(observed) = observed else {
+        diff.write(guest_type, key, desired.to_owned(), false);
+        return;
+    };
+    let d = PropertyString::parse(desired, Some("volume"));
+    let o = PropertyString::parse(observed, Some("volume"));
+    let (d_path, o_path) = (d.get("volume").unwrap_or(""), o.get("volume").unwrap_or(""));
+    if d_path != o_path {
+        diff.finding(
+            format!("{key}.host-path"),
+            d_path,
+            o_path,
+            FindingKind::UnsafeVolumeChange,
+        );
+        return;
+    }
+    let mut options = d.clone();
+    options.remove("volume");
+    if !parts_match(&options, &o) {
+        diff.write(guest_type, key, desired.to_owned(), false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::guest::render::{Artifacts, render};
+    use crate::guest::testing::{artifacts, as_pve_would_store, doc, manifest, rendered};
+    use crate::manifest::ByteSize;
+    use crate::manifest::testing::{FULL_LXC, FULL_VM};
+    use crate::resource::{Kind, ResourceId};
+
+    fn reference() -> RenderedConfig {
+        let docs = crate::guest::render::tests::reference_docs();
+        let manifest = manifest(&docs);
+        let vm = manifest
+            .get(&ResourceId::new(Kind::Vm, "ci-vm"))
+            .expect("declared");
+        render(vm, &Artifacts::from_manifest(&manifest)).expect("a guest")
+    }
+
+    /// The reference VM as a live PVE 9.2 reports it after create, import and resize.
+    fn reference_live() -> serde_json::Value {
+        json!({"data": {
+            "agent": "1", "boot": "order=scsi0;ide2;net0", "ciuser": "debian", "cores": 2,
+            "cpu": "host", "digest": "5e1f0000000000000000000000000000000000aa",
+            "ide2": "local-lvm:vm-9100-cloudinit,media=cdrom",
+            "ipconfig0": "ip=10.0.0.50/24,gw=10.0.0.1", "memory": 2048,
+            "meta": "creation-qemu=9.2.0,ctime=1764400000", "name": "ci-vm",
+            "nameserver": "10.0.0.1 10.0.0.2", "net0": "virtio=BC:24:11:3A:5F:01,bridge=vmbr0",
+            "scsi0": "local-lvm:vm-9100-disk-0,size=8G", "scsihw": "virtio-scsi-single",
+            "searchdomain": "lab.example example",
+            "smbios1": "uuid=0b6f3c2e-1111-4222-8333-944455556666",
+            "sshkeys": "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIKey1%20ops%40example%0Assh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIKey2%20ci%2Bbot%40example",
+            "tags": "proxops", "vmgenid": "7d1c0000-2222-4333-8444-955566667777"
+        }})
+    }
+
+    fn live_with(
+        guest_type: GuestType,
+        base: serde_json::Value,
+        changes: &[(&str, Option<&str>)],
+    ) -> LiveConfig {
+        let mut base = base;
+        let data = base["data"].as_object_mut().expect("object");
+        for (k, v) in changes {
+            match v {
+                Some(v) => data.insert((*k).to_owned(), json!(v)),
+                None => data.remove(*k),
+            };
+        }
+        LiveConfig::from_json(guest_type, &base).expect("object")
+    }
+
+    fn diff_against(r: &RenderedConfig, changes: &[(&str, Option<&str>)]) -> GuestDiff {
+        let live = live_with(GuestType::Qemu, reference_live(), changes);
+        compare(r, &live, &CompareContext::default())
+    }
+
+    /// A VM with `spec_tail`, and an 8 GiB `scsi0` unless it declares disks or a clone.
+    fn vm(spec_tail: &str) -> RenderedConfig {
+        let disk = if spec_tail.contains("disks:") || spec_tail.contains("clone:") {
+            ""
+        } else {
+            "  disks: [{storage: local-lvm, size: 8GiB}]\n"
+        };
+        let spec = format!(
+            "  node: pve1\n  vmid: 100\n  memory: 1GiB\n  cpu: {{type: host, cores: 1}}\n{disk}{spec_tail}"
+        );
+        rendered(&doc("VM", "web", &spec), &artifacts())
+    }
+
+    fn compare_qemu(r: &RenderedConfig, live: &[(&str, &str)]) -> GuestDiff {
+        let live = LiveConfig::from_pairs(GuestType::Qemu, live.iter().copied());
+        compare(r, &live, &CompareContext::default())
+    }
+
+    fn set(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_live_config_identical_to_the_render_with_pve_extras_is_no_change() {
+        let diff = diff_against(&reference(), &[]);
+        assert!(diff.is_empty(), "{diff:#?}");
+        assert!(!diff.needs_stop);
+    }
+
+    #[test]
+    fn the_reference_vm_right_after_import_only_needs_its_disk_grown() {
+        let diff = diff_against(
+            &reference(),
+            &[("scsi0", Some("local-lvm:vm-9100-disk-0,size=3G"))],
+        );
+        assert!(diff.set.is_empty() && diff.findings.is_empty(), "{diff:#?}");
+        assert_eq!(
+            diff.resize,
+            [Resize {
+                slot: "scsi0".into(),
+                size: ByteSize::from_mib(8192)
+            }]
+        );
+    }
+
+    #[test]
+    fn reordered_and_re_encoded_ssh_keys_are_not_drift() {
+        let reordered = "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIKey2%20ci%2bbot%40example%0A\
+                         ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey1 ops%40example%0A";
+        let diff = diff_against(&reference(), &[("sshkeys", Some(reordered))]);
+        assert!(diff.is_empty(), "{diff:#?}");
+    }
+
+    #[test]
+    fn an_out_of_band_ciuser_and_ssh_key_change_is_corrected_with_only_those_keys() {
+        let diff = diff_against(
+            &reference(),
+            &[
+                ("ciuser", Some("root")),
+                ("sshkeys", Some("ssh-rsa%20AAAAB3%20intruder")),
+            ],
+        );
+        let r = reference();
+        assert_eq!(
+            diff.set,
+            set(&[
+                ("ciuser", "debian"),
+                ("sshkeys", r.value("sshkeys").expect("owned")),
+            ])
+        );
+        assert!(diff.delete.is_empty() && diff.findings.is_empty());
+        assert!(!diff.needs_stop, "cloud-init data is not stop-required");
+    }
+
+    #[test]
+    fn tags_compare_as_a_set_whatever_the_separator_or_case() {
+        let r = vm("  disks: [{storage: local-lvm, size: 8GiB}]\n  tags: [a, b]\n");
+        let live = [
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+        ];
+        for tags in ["a;b;proxops", "proxops,b,a", "B a PROXOPS"] {
+            let mut l = live.to_vec();
+            l.push(("tags", tags));
+            assert!(compare_qemu(&r, &l).is_empty(), "{tags}");
+        }
+        let mut l = live.to_vec();
+        l.push(("tags", "a;b"));
+        assert_eq!(compare_qemu(&r, &l).set, set(&[("tags", "a;b;proxops")]));
+    }
+
+    #[test]
+    fn nameservers_compare_as_sets_and_a_description_ignores_its_trailing_newline() {
+        let r = vm(
+            "  pve-description: \"web server\"\n  cloud-init-data: {nameservers: [10.0.0.1, 10.0.0.2], search-domains: [a.example]}\n",
+        );
+        let base = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+        ];
+        let mut l = base.to_vec();
+        l.extend([
+            ("nameserver", "10.0.0.2 10.0.0.1"),
+            ("searchdomain", "a.example"),
+            ("description", "web server\n"),
+        ]);
+        assert!(compare_qemu(&r, &l).is_empty());
+        let mut l = base.to_vec();
+        l.extend([
+            ("nameserver", "10.0.0.2"),
+            ("searchdomain", "a.example"),
+            ("description", "web server"),
+        ]);
+        assert_eq!(
+            compare_qemu(&r, &l).set,
+            set(&[("nameserver", "10.0.0.1 10.0.0.2")])
+        );
+    }
+
+    #[test]
+    fn a_false_option_is_enforced_and_an_absent_one_is_left_alone() {
+        let r = vm("  options: {protection: false, acpi: false}\n");
+        let base = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+        ];
+        // protection defaults to 0 in PVE, acpi to 1.
+        let diff = compare_qemu(&r, &base);
+        assert_eq!(diff.set, set(&[("acpi", "0")]));
+        let mut l = base.to_vec();
+        l.extend([
+            ("protection", "1"),
+            ("acpi", "0"),
+            ("onboot", "1"),
+            ("agent", "1,type=virtio"),
+        ]);
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(diff.set, set(&[("protection", "0")]));
+        assert!(diff.delete.is_empty());
+    }
+
+    #[test]
+    fn the_guest_agent_reads_its_enabled_flag_from_a_property_string() {
+        let r = vm("  options: {agent: true}\n");
+        let base = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+        ];
+        for agent in ["1", "1,type=virtio", "enabled=1,fstrim_cloned_disks=1"] {
+            let mut l = base.to_vec();
+            l.push(("agent", agent));
+            assert!(compare_qemu(&r, &l).is_empty(), "{agent}");
+        }
+    }
+
+    #[test]
+    fn a_pool_change_on_a_live_disk_is_a_finding_and_nothing_is_set() {
+        let r = vm("  disks: [{storage: ceph, size: 64GiB, iothread: true}]\n");
+        let diff = compare_qemu(
+            &r,
+            &[
+                ("scsi0", "local-lvm:vm-100-disk-0,size=32G"),
+                ("name", "web"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("tags", "proxops"),
+            ],
+        );
+        assert!(diff.set.is_empty() && diff.resize.is_empty(), "{diff:#?}");
+        assert_eq!(
+            diff.findings,
+            [Finding {
+                field: "scsi0.storage".into(),
+                desired: "ceph".into(),
+                observed: "local-lvm".into(),
+                kind: FindingKind::UnsafeVolumeChange,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_larger_declared_size_grows_the_disk_and_a_smaller_one_is_a_finding() {
+        let base = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+        ];
+        let r = vm("  disks: [{storage: local-lvm, size: 64GiB}]\n");
+        let mut l = base.to_vec();
+        l.push(("scsi0", "local-lvm:vm-100-disk-0,size=32G"));
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(
+            diff.resize,
+            [Resize {
+                slot: "scsi0".into(),
+                size: ByteSize::from_mib(65536)
+            }]
+        );
+        assert!(diff.set.is_empty() && diff.findings.is_empty());
+
+        let r = vm("  disks: [{storage: local-lvm, size: 16GiB}]\n");
+        let diff = compare_qemu(&r, &l);
+        assert!(diff.set.is_empty() && diff.resize.is_empty());
+        assert_eq!(diff.findings[0].field, "scsi0.size");
+        assert_eq!(diff.findings[0].kind, FindingKind::UnsafeVolumeChange);
+        assert_eq!(
+            (
+                diff.findings[0].desired.as_str(),
+                diff.findings[0].observed.as_str()
+            ),
+            ("16GiB", "32G")
+        );
+    }
+
+    #[test]
+    fn changed_disk_options_are_written_in_the_live_form_keeping_the_volid_and_size() {
+        let r = vm(
+            "  disks: [{storage: local-lvm, size: 32GiB, discard: on, iothread: false, ssd: true}]\n",
+        );
+        let base = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+        ];
+        let mut l = base.to_vec();
+        l.push(("scsi0", "local-lvm:vm-100-disk-0,backup=0,size=32G"));
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(
+            diff.set,
+            set(&[(
+                "scsi0",
+                "local-lvm:vm-100-disk-0,backup=0,size=32G,discard=on,ssd=1"
+            )])
+        );
+        assert!(!diff.needs_stop, "discard and ssd change in place");
+
+        // iothread=0 is PVE's default and left out of its report: no drift.
+        let mut l = base.to_vec();
+        l.push(("scsi0", "local-lvm:vm-100-disk-0,discard=on,size=32G,ssd=1"));
+        assert!(compare_qemu(&r, &l).is_empty());
+
+        let r = vm("  disks: [{storage: local-lvm, size: 32GiB, iothread: true}]\n");
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(
+            diff.set["scsi0"],
+            "local-lvm:vm-100-disk-0,discard=on,size=32G,ssd=1,iothread=1"
+        );
+        assert!(diff.needs_stop);
+        assert_eq!(diff.stop_keys.iter().collect::<Vec<_>>(), ["scsi0"]);
+    }
+
+    #[test]
+    fn a_declared_disk_on_an_empty_slot_is_created_and_an_image_is_grown_after_import() {
+        let r = vm(
+            "  disks:\n    - {storage: local-lvm, size: 8GiB}\n    - {storage: local-lvm, image: img, size: 20GiB}\n",
+        );
+        let base = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+            ("scsi0", "none,media=cdrom"),
+        ];
+        let diff = compare_qemu(&r, &base);
+        assert_eq!(
+            diff.set,
+            set(&[
+                ("scsi0", "local-lvm:8"),
+                ("scsi1", "local-lvm:0,import-from=local:import/img.qcow2")
+            ])
+        );
+        assert_eq!(
+            diff.resize,
+            [Resize {
+                slot: "scsi1".into(),
+                size: ByteSize::from_mib(20480)
+            }]
+        );
+    }
+
+    #[test]
+    fn pve_filled_keys_and_generated_macs_are_ignored_but_a_pinned_mac_is_compared() {
+        let r = vm("  networks: [{bridge: vmbr0}, {bridge: vmbr1, mac: 'bc:24:11:aa:bb:cc'}]\n");
+        let base = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+            ("smbios1", "uuid=1"),
+            ("vmgenid", "x"),
+            ("meta", "creation-qemu=9.2.0"),
+            ("digest", "d"),
+            ("ostype", "l26"),
+        ];
+        let mut l = base.to_vec();
+        l.extend([
+            ("net0", "virtio=BC:24:11:12:34:56,bridge=vmbr0,tag=5"),
+            ("net1", "virtio=BC:24:11:AA:BB:CC,bridge=vmbr1"),
+        ]);
+        assert!(
+            compare_qemu(&r, &l).is_empty(),
+            "an undeclared tag= is not owned"
+        );
+        let mut l = base.to_vec();
+        l.extend([
+            ("net0", "virtio=BC:24:11:12:34:56,bridge=vmbr0"),
+            ("net1", "virtio=BC:24:11:00:00:01,bridge=vmbr1"),
+        ]);
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(
+            diff.set,
+            set(&[("net1", "virtio=BC:24:11:AA:BB:CC,bridge=vmbr1")])
+        );
+        assert!(diff.needs_stop, "NIC changes are stop-required");
+    }
+
+    #[test]
+    fn live_only_disk_nic_and_pci_slots_are_findings_never_deletions() {
+        let r = vm("  disks: [{storage: local-lvm, size: 8GiB}]\n");
+        let diff = compare_qemu(
+            &r,
+            &[
+                ("name", "web"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("tags", "proxops"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("scsi1", "local-lvm:vm-100-disk-1,size=4G"),
+                ("ide2", "none,media=cdrom"),
+                ("ide0", "local-lvm:vm-100-cloudinit,media=cdrom"),
+                ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0"),
+                ("hostpci0", "0000:01:00.0"),
+                ("unused0", "local-lvm:vm-100-disk-9"),
+            ],
+        );
+        let fields: Vec<(&str, FindingKind)> = diff
+            .findings
+            .iter()
+            .map(|f| (f.field.as_str(), f.kind))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("hostpci0", FindingKind::LiveOnlySlot),
+                ("net0", FindingKind::LiveOnlySlot),
+                ("scsi1", FindingKind::LiveOnlySlot)
+            ]
+        );
+        assert!(diff.set.is_empty() && diff.delete.is_empty());
+    }
+
+    #[test]
+    fn a_clone_deletes_inherited_cloud_init_identity_it_does_not_own_and_has_no_live_only_disks() {
+        let r = vm(
+            "  clone: golden\n  networks: [{bridge: vmbr0}]\n  cloud-init-data:\n    ci-user: ops\n    ssh-keys: ['*']\n    ipconfigs: [{nic: 0, ip: dhcp}]\n",
+        );
+        let live = LiveConfig::from_pairs(
+            GuestType::Qemu,
+            [
+                ("name", "web"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("tags", "proxops"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("net0", "virtio=BC:24:11:00:00:07,bridge=vmbr0"),
+                ("ide2", "local-lvm:vm-100-cloudinit,media=cdrom"),
+                ("ciuser", "template-user"),
+                ("sshkeys", "ssh-rsa%20AAAA"),
+                ("cipassword", "**********"),
+                ("nameserver", "1.1.1.1"),
+                ("searchdomain", "t.example"),
+                ("cicustom", "user=local:snippets/u.yaml"),
+                ("ipconfig0", "ip=192.0.2.9/24,gw=192.0.2.1"),
+                ("ipconfig1", "ip=dhcp"),
+            ],
+        );
+        let diff = compare(&r, &live, &CompareContext::default());
+        assert_eq!(
+            diff.set,
+            set(&[("ciuser", "ops"), ("ipconfig0", "ip=dhcp")])
+        );
+        assert_eq!(
+            diff.delete.iter().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "cicustom",
+                "cipassword",
+                "ipconfig1",
+                "nameserver",
+                "searchdomain"
+            ]
+        );
+        assert!(diff.findings.is_empty(), "{:#?}", diff.findings);
+        assert!(diff.set.keys().all(|k| !diff.delete.contains(k)));
+    }
+
+    #[test]
+    fn set_and_delete_never_share_a_key() {
+        let r = vm("  clone: golden\n  cloud-init-data: {ci-user: ops, nameservers: [10.0.0.1]}\n");
+        let live = LiveConfig::from_pairs(
+            GuestType::Qemu,
+            [("ciuser", "x"), ("nameserver", "9.9.9.9"), ("sshkeys", "a")],
+        );
+        let diff = compare(&r, &live, &CompareContext::default());
+        assert!(diff.set.contains_key("ciuser") && diff.set.contains_key("nameserver"));
+        assert_eq!(diff.delete.iter().collect::<Vec<_>>(), ["sshkeys"]);
+        assert!(diff.set.keys().all(|k| !diff.delete.contains(k)));
+    }
+
+    #[test]
+    fn an_lxc_as_pve_reports_it_is_no_change_and_unprivileged_requires_a_recreate() {
+        let r = rendered(FULL_LXC, &artifacts());
+        let live = LiveConfig::from_json(GuestType::Lxc, &json!({"data": {
+            "arch": "amd64", "cmode": "tty", "console": 1, "cores": 2, "description": "database\n",
+            "digest": "ab", "features": "nesting=1", "hostname": "db-1.lab", "memory": 1024,
+            "mp0": "local-lvm:vm-201-disk-1,acl=1,backup=1,mountoptions=noatime,mp=/var/lib/postgresql,quota=0,ro=0,shared=0,size=16G",
+            "mp1": "/tank/backups,mp=/backups,ro=1",
+            "net0": "name=eth0,bridge=vmbr0,firewall=1,gw=10.0.0.1,hwaddr=bc:24:11:00:00:02,ip=10.0.0.20/24,rate=50,tag=20,type=veth",
+            "net1": "name=net1,bridge=vmbr1,hwaddr=BC:24:11:7F:00:01,ip=dhcp,type=veth",
+            "nameserver": "10.0.0.1", "onboot": 1, "ostype": "debian", "protection": 0,
+            "rootfs": "local-lvm:vm-201-disk-0,size=8G", "searchdomain": "lab.example",
+            "startup": "order=2", "swap": 512, "tags": "db;proxops", "unprivileged": 1
+        }}))
+        .expect("object");
+        let diff = compare(&r, &live, &CompareContext::default());
+        assert!(diff.is_empty(), "{diff:#?}");
+
+        let live = live_with(
+            GuestType::Lxc,
+            json!({"data": {"unprivileged": 0, "features": "keyctl=1",
+            "net0": "name=eth1,bridge=vmbr0,hwaddr=BC:24:11:00:00:02,type=veth"}}),
+            &[],
+        );
+        let diff = compare(&r, &live, &CompareContext::default());
+        assert_eq!(diff.set["features"], "nesting=1");
+        assert!(diff.set["net0"].starts_with("name=eth0,"));
+        assert!(diff.needs_stop);
+        assert!(
+            diff.findings
+                .iter()
+                .any(|f| f.field == "unprivileged" && f.kind == FindingKind::RequiresRecreate)
+        );
+        assert!(!diff.set.contains_key("unprivileged"));
+    }
+
+    #[test]
+    fn a_bind_mount_whose_host_path_changed_is_a_finding() {
+        let r = rendered(FULL_LXC, &artifacts());
+        let live = LiveConfig::from_pairs(
+            GuestType::Lxc,
+            [
+                ("mp1", "/srv/other,mp=/backups,ro=1"),
+                ("mp5", "local-lvm:vm-201-disk-5,mp=/x,size=1G"),
+            ],
+        );
+        let diff = compare(&r, &live, &CompareContext::default());
+        assert!(!diff.set.contains_key("mp1"));
+        assert!(
+            diff.findings
+                .iter()
+                .any(|f| f.field == "mp1.host-path" && f.kind == FindingKind::UnsafeVolumeChange)
+        );
+        assert!(
+            diff.findings
+                .iter()
+                .any(|f| f.field == "mp5" && f.kind == FindingKind::LiveOnlySlot)
+        );
+    }
+
+    #[test]
+    fn a_cpu_change_needs_a_stop_but_a_tag_change_does_not() {
+        let r = vm("  tags: [web]\n");
+        let diff = compare_qemu(
+            &r,
+            &[
+                ("name", "web"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("tags", "proxops"),
+            ],
+        );
+        assert_eq!(diff.set, set(&[("tags", "proxops;web")]));
+        assert!(!diff.needs_stop);
+        let diff = compare_qemu(
+            &r,
+            &[
+                ("name", "web"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "kvm64,flags=+aes"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("tags", "proxops;web"),
+            ],
+        );
+        assert_eq!(diff.set, set(&[("cpu", "host")]));
+        assert!(diff.needs_stop);
+    }
+
+    #[test]
+    fn the_full_vm_as_pve_would_store_it_is_no_change() {
+        let r = rendered(FULL_VM, &artifacts());
+        let diff = compare(&r, &as_pve_would_store(&r, 101), &CompareContext::default());
+        assert!(diff.is_empty(), "{diff:#?}");
+        let r = rendered(FULL_LXC, &artifacts());
+        let diff = compare(&r, &as_pve_would_store(&r, 201), &CompareContext::default());
+        assert!(diff.is_empty(), "{diff:#?}");
+    }
+
+    /// A random valid VM manifest, built from choices so that it always validates.
+    fn vm_yaml() -> impl Strategy<Value = String> {
+        let tri = || prop::option::of(any::<bool>());
+        let disk = (
+            prop::sample::select(vec!["local-lvm", "ceph_pool"]),
+            prop::sample::select(vec!["512MiB", "1GiB", "1536MiB", "32GiB", "100G"]),
+            tri(),
+            prop::option::of(prop::sample::select(vec!["on", "ignore"])),
+            tri(),
+            prop::option::of(prop::sample::select(vec!["native", "threads", "io_uring"])),
+            prop::option::of(prop::sample::select(vec!["", "8GiB", "40GiB"])),
+        );
+        let nic = (
+            prop::sample::select(vec!["virtio", "e1000"]),
+            prop::sample::select(vec!["vmbr0", "vmbr1"]),
+            any::<bool>(),
+            prop::option::of(1u16..4095),
+            prop::option::of(1u32..1000),
+            tri(),
+        );
+        let keys = prop::sample::subsequence(
+            vec![
+                "ssh-ed25519 AAAAC3Nza1 a@b",
+                "ssh-rsa AAAAB3+/= c@d",
+                "ecdsa-sha2-nistp256 AAAAE2V e@f",
+            ],
+            0..=3,
+        );
+        (
+            (prop::sample::select(vec![512u32, 1024, 2048, 8192]), 1u32..9, prop::sample::select(vec!["host", "kvm64", "x86-64-v2-AES"]), tri()),
+            prop::collection::vec(disk, 1..4),
+            prop::collection::vec(nic, 0..3),
+            (tri(), tri(), tri(), tri(), tri(), prop::option::of(1u32..3), any::<bool>(), any::<bool>(), any::<bool>()),
+            (prop::option::of("[a-z]{1,8}"), keys, prop::sample::subsequence(vec!["10.0.0.1", "10.0.0.2", "2001:db8::1"], 0..=3), any::<bool>()),
+            (prop::sample::subsequence(vec!["web", "prod", "db"], 0..=3), prop::option::of("[a-z ]{1,12}"), any::<bool>()),
+        )
+            .prop_map(|((mem, cores, cpu, hidden), disks, nics, (onboot, protection, agent, acpi, numa, sockets, ci, efi, tpm), (user, keys, ns, dhcp), (tags, description, extra))| {
+                let b = |v: Option<bool>| v.map(|b| b.to_string());
+                let mut s = format!("  node: pve1\n  vmid: 100\n  memory: {mem}MiB\n  cpu: {{type: {cpu}, cores: {cores}}}\n  disks:\n");
+                for (i, (storage, size, iothread, discard, ssd, aio, image)) in disks.iter().enumerate() {
+                    let mut d = format!("storage: {storage}, interface: scsi{i}");
+                    match image {
+                        Some("") => d.push_str(", image: img"),
+                        Some(grow) => d.push_str(&format!(", image: img, size: {grow}")),
+                        None => d.push_str(&format!(", size: {size}")),
+                    }
+                    if let Some(v) = b(*iothread) { d.push_str(&format!(", iothread: {v}")); }
+                    if let Some(v) = discard { d.push_str(&format!(", discard: {v}")); }
+                    if let Some(v) = b(*ssd) { d.push_str(&format!(", ssd: {v}")); }
+                    if let Some(v) = aio { d.push_str(&format!(", aio: {v}")); }
+                    s.push_str(&format!("    - {{{d}}}\n"));
+                }
+                if !nics.is_empty() {
+                    s.push_str("  networks:\n");
+                    for (i, (model, bridge, mac, vlan, rate, firewall)) in nics.iter().enumerate() {
+                        let mut n = format!("model: {model}, bridge: {bridge}");
+                        if *mac { n.push_str(&format!(", mac: 'bc:24:11:0a:0b:{i:02x}'")); }
+                        if let Some(v) = vlan { n.push_str(&format!(", vlan: {v}")); }
+                        if let Some(v) = rate { n.push_str(&format!(", rate-limit: {v}")); }
+                        if let Some(v) = b(*firewall) { n.push_str(&format!(", firewall: {v}")); }
+                        s.push_str(&format!("    - {{{n}}}\n"));
+                    }
+                }
+                s.push_str("  hardware:\n    machine: q35\n");
+                if let Some(v) = sockets { s.push_str(&format!("    sockets: {v}\n")); }
+                if let Some(v) = b(numa) { s.push_str(&format!("    numa: {v}\n")); }
+                if ci { s.push_str("    cloud-init: {enabled: true, storage: local-lvm}\n"); }
+                if efi { s.push_str("    bios: ovmf\n    efi-disk: {storage: local-lvm, template: 4m, secure-boot: enabled}\n"); }
+                if tpm { s.push_str("    tpm: {storage: local-lvm}\n"); }
+                s.push_str("  options:\n    startup: order=3\n");
+                for (k, v) in [("onboot", onboot), ("protection", protection), ("agent", agent), ("acpi", acpi), ("hidden", hidden)] {
+                    if let Some(v) = b(v) { s.push_str(&format!("    {k}: {v}\n")); }
+                }
+                s.push_str("  cloud-init-data:\n");
+                if let Some(u) = user { s.push_str(&format!("    ci-user: {u}\n")); }
+                if !keys.is_empty() { s.push_str(&format!("    ssh-keys: [{}]\n", keys.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", "))); }
+                if !ns.is_empty() { s.push_str(&format!("    nameservers: [{}]\n", ns.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", "))); }
+                if dhcp { s.push_str("    ipconfigs: [{nic: 0, ip: dhcp}]\n"); } else { s.push_str("    ipconfigs: [{nic: 0, ip: 10.1.0.5/24, gateway: 10.1.0.1}]\n"); }
+                s.push_str(&format!("  tags: [{}]\n", tags.join(", ")));
+                if let Some(d) = description { s.push_str(&format!("  pve-description: '{d}'\n")); }
+                if extra { s.push_str("  extra: {balloon: 0, args: '-no-hpet'}\n"); }
+                doc("VM", "random", &s)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn a_rendered_vm_as_pve_would_store_it_compares_as_no_change(yaml in vm_yaml()) {
+            let r = rendered(&yaml, &artifacts());
+            let live = as_pve_would_store(&r, 100);
+            let diff = compare(&r, &live, &CompareContext::default());
+            prop_assert!(diff.is_empty(), "{yaml}\n{diff:#?}\n{live:#?}");
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! A guest config as PVE returns it (`GET /nodes/{n}/qemu|lxc/{id}/config`) → [`LiveConfig`]:
+//! every value as text, property-string values split into ordered key/value pairs, and the
+//! keys PVE fills in itself (`digest`, `smbios1`, `vmgenid`, `meta`, ...) marked as not owned.
+//!
+//! Reading only: nothing here decides what is drift (that is `compare`). PVE's JSON typing is
+//! loose (BEHAVIOUR.md §11), so numbers, booleans and numeric strings are all accepted.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::GuestType;
+use super::property::{PropertyString, parse_bool};
+
+/// Keys PVE writes itself and ProxOps never owns.
+const PVE_FILLED: [&str; 9] = [
+    "digest", "smbios1", "vmgenid", "meta", "lock", "template", "ostype", "parent", "bootdisk",
+];
+
+/// Why a config could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LiveError {
+    /// The body (or its `data`) is not a JSON object.
+    #[error("guest config is not a JSON object")]
+    NotAnObject,
+    /// A value that is neither a string, a number, a boolean nor a list of strings.
+    #[error("guest config key `{key}` holds a nested object")]
+    UnsupportedValue {
+        /// The key.
+        key: String,
+    },
+}
+
+/// One key of a live config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveEntry {
+    /// The value as PVE returned it, as text.
+    pub raw: String,
+    /// The value split as a property string, for keys whose format is one.
+    pub props: Option<PropertyString>,
+    /// Whether PVE fills this key in itself (never owned by ProxOps).
+    pub pve_filled: bool,
+}
+
+/// A guest config as PVE reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveConfig {
+    guest_type: GuestType,
+    entries: BTreeMap<String, LiveEntry>,
+}
+
+impl LiveConfig {
+    /// Reads the body of `GET .../config`: either `{"data": {...}}` or the object itself.
+    /// `null` values are skipped; a list (some mocks give `tags` as one) is joined with `;`.
+    ///
+    /// # Errors
+    ///
+    /// [`LiveError`] when the body is not an object or a value is a nested object.
+    pub fn from_json(guest_type: GuestType, body: &Value) -> Result<Self, LiveError> {
+        let object = match body.get("data") {
+            Some(data @ Value::Object(_)) => data,
+            _ => body,
+        };
+        let Value::Object(map) = object else {
+            return Err(LiveError::NotAnObject);
+        };
+        let mut pairs = Vec::with_capacity(map.len());
+        for (key, value) in map {
+            let text = match value {
+                Value::Null => continue,
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => if *b { "1" } else { "0" }.to_owned(),
+                Value::Array(items) => {
+                    let mut parts = Vec::with_capacity(items.len());
+                    for item in items {
+                        match item {
+                            Value::String(s) => parts.push(s.clone()),
+                            Value::Number(n) => parts.push(n.to_string()),
+                            _ => return Err(LiveError::UnsupportedValue { key: key.clone() }),
+                        }
+                    }
+                    parts.join(";")
+                }
+                Value::Object(_) => return Err(LiveError::UnsupportedValue { key: key.clone() }),
+            };
+            pairs.push((key.clone(), text));
+        }
+        Ok(Self::from_pairs(guest_type, pairs))
+    }
+
+    /// A live config from key/value text pairs (tests, and callers that already hold text).
+    pub fn from_pairs<K, V>(guest_type: GuestType, pairs: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let entries = pairs
+            .into_iter()
+            .map(|(k, v)| {
+                let key: String = k.into();
+                let raw: String = v.into();
+                let props =
+                    property_default_key(guest_type, &key).map(|d| PropertyString::parse(&raw, d));
+                let pve_filled = PVE_FILLED.contains(&key.as_str());
+                (
+                    key,
+                    LiveEntry {
+                        raw,
+                        props,
+                        pve_filled,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            guest_type,
+            entries,
+        }
+    }
+
+    /// Whether this is a qemu or an lxc config.
+    pub fn guest_type(&self) -> GuestType {
+        self.guest_type
+    }
+
+    /// The entry under `key`.
+    pub fn entry(&self, key: &str) -> Option<&LiveEntry> {
+        self.entries.get(key)
+    }
+
+    /// The raw value under `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries.get(key).map(|e| e.raw.as_str())
+    }
+
+    /// Every key and entry, sorted by key.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &LiveEntry)> {
+        self.entries.iter().map(|(k, e)| (k.as_str(), e))
+    }
+
+    /// The `digest` to send back with an update (optimistic concurrency).
+    pub fn digest(&self) -> Option<&str> {
+        self.get("digest")
+    }
+
+    /// Whether PVE reports the guest as a template (`template: 1`).
+    pub fn is_template(&self) -> bool {
+        self.get("template").and_then(parse_bool).unwrap_or(false)
+    }
+
+    /// The ownership tags split as PVE accepts them (`;`, `,` or spaces), lowercased.
+    pub fn tags(&self) -> Vec<String> {
+        self.get("tags").map(split_tags).unwrap_or_default()
+    }
+}
+
+/// Splits a `tags` value on `;`, `,` and spaces, lowercased, empty parts dropped.
+pub fn split_tags(value: &str) -> Vec<String> {
+    value
+        .split([';', ',', ' '])
+        .filter(|t| !t.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// For keys whose value is a property string: the key a bare leading part belongs to
+/// (`Some(None)` when the format has no default key). `None` for plain values.
+pub(crate) fn property_default_key(
+    guest_type: GuestType,
+    key: &str,
+) -> Option<Option<&'static str>> {
+    let qemu = guest_type == GuestType::Qemu;
+    Some(match key {
+        "cpu" if qemu => Some("cputype"),
+        "agent" if qemu => Some("enabled"),
+        "vga" | "machine" if qemu => Some("type"),
+        "memory" if qemu => Some("current"),
+        "efidisk0" | "tpmstate0" if qemu => Some("file"),
+        "rootfs" if !qemu => Some("volume"),
+        "boot" | "startup" | "features" | "smbios1" | "meta" => None,
+        _ if qemu && is_disk_key(key) => Some("file"),
+        _ if qemu && numbered(key, "net") => Some("model"),
+        _ if qemu && numbered(key, "hostpci") => Some("host"),
+        _ if qemu && numbered(key, "ipconfig") => None,
+        _ if !qemu && numbered(key, "net") => None,
+        _ if !qemu && numbered(key, "mp") => Some("volume"),
+        _ if numbered(key, "unused") => Some("file"),
+        _ => return None,
+    })
+}
+
+/// Whether `key` is `<prefix><digits>`.
+pub(crate) fn numbered(key: &str, prefix: &str) -> bool {
+    key.strip_prefix(prefix)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether `key` is a qemu disk slot (`scsiN`, `virtioN`, `sataN`, `ideN`, `nvmeN`).
+pub(crate) fn is_disk_key(key: &str) -> bool {
+    ["scsi", "virtio", "sata", "ide", "nvme"]
+        .iter()
+        .any(|p| numbered(key, p))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_recorded_qemu_config_parses_with_pve_filled_keys_marked() {
+        // shared/testdata/pve/qemu-config-103.cpx-inventory.json, abridged.
+        let body = json!({"data": {
+            "scsi1": "storage:vm-103-disk-3,size=30G", "sockets": 1, "memory": 8192,
+            "scsihw": "virtio-scsi-pci", "net0": "virtio=ff:ff:ff:ff:ff:ff,bridge=vmbr0",
+            "scsi0": "storage:vm-103-disk-0,size=10G", "name": "test-qemu-multi-nic",
+            "digest": "51b7599f869b9a3f564804a0aed290f3de803292",
+            "smbios1": "uuid=863b31c3-42ca-4a92-aed7-4111f342f70a", "agent": "1,type=virtio",
+            "ide2": "none,media=cdrom", "vmgenid": "ddfb79b2-b484-4d66-88e7-6e76f2d1be77",
+            "onboot": 1, "tablet": 0
+        }});
+        let live = LiveConfig::from_json(GuestType::Qemu, &body).unwrap();
+        assert_eq!(live.get("memory"), Some("8192"));
+        assert_eq!(
+            live.digest(),
+            Some("51b7599f869b9a3f564804a0aed290f3de803292")
+        );
+        assert!(live.entry("smbios1").unwrap().pve_filled);
+        assert!(live.entry("vmgenid").unwrap().pve_filled);
+        assert!(!live.entry("scsi0").unwrap().pve_filled);
+        let scsi0 = live.entry("scsi0").unwrap().props.as_ref().unwrap();
+        assert_eq!(scsi0.get("file"), Some("storage:vm-103-disk-0"));
+        assert_eq!(scsi0.get("size"), Some("10G"));
+        let net0 = live.entry("net0").unwrap().props.as_ref().unwrap();
+        assert_eq!(
+            net0.items()[0],
+            ("virtio".into(), "ff:ff:ff:ff:ff:ff".into())
+        );
+        let agent = live.entry("agent").unwrap().props.as_ref().unwrap();
+        assert_eq!(agent.get("enabled"), Some("1"));
+        assert_eq!(agent.get("type"), Some("virtio"));
+        assert!(!live.is_template());
+    }
+
+    #[test]
+    fn lxc_nets_have_no_default_key_and_mount_points_name_their_volume() {
+        let live = LiveConfig::from_json(
+            GuestType::Lxc,
+            &json!({"net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:02,type=veth",
+                    "mp0": "local-lvm:vm-201-disk-1,mp=/data,size=16G",
+                    "template": 1, "tags": "db;proxops", "description": null}),
+        )
+        .unwrap();
+        let net0 = live.entry("net0").unwrap().props.as_ref().unwrap();
+        assert_eq!(net0.get("name"), Some("eth0"));
+        let mp0 = live.entry("mp0").unwrap().props.as_ref().unwrap();
+        assert_eq!(mp0.get("volume"), Some("local-lvm:vm-201-disk-1"));
+        assert!(live.is_template());
+        assert_eq!(live.tags(), ["db", "proxops"]);
+        assert_eq!(live.get("description"), None);
+    }
+
+    #[test]
+    fn nested_objects_and_non_objects_are_refused() {
+        assert_eq!(
+            LiveConfig::from_json(GuestType::Qemu, &json!([1])),
+            Err(LiveError::NotAnObject)
+        );
+        assert_eq!(
+            LiveConfig::from_json(GuestType::Qemu, &json!({"x": {"y": 1}})),
+            Err(LiveError::UnsupportedValue { key: "x".into() })
+        );
+    }
+
+    #[test]
+    fn tags_split_on_semicolons_commas_and_spaces() {
+        assert_eq!(split_tags("b;A, c  d"), ["b", "a", "c", "d"]);
+    }
+}
