@@ -20,8 +20,8 @@ pub enum FaultError {
         #[source]
         source: regex::Error,
     },
-    /// A status other than 500, 595 or 596 was asked for.
-    #[error("unsupported fault status {0} (use 500, 595 or 596)")]
+    /// A status other than 403, 500, 595 or 596 was asked for.
+    #[error("unsupported fault status {0} (use 403, 500, 595 or 596)")]
     Status(u16),
 }
 
@@ -34,7 +34,7 @@ pub struct HttpFault {
     /// Only requests with this method (`GET`, ...); all methods when absent.
     #[serde(default)]
     pub method: Option<String>,
-    /// 500 (with `message`), or 595/596 (empty body, as a failed node-to-node proxy).
+    /// 500 or 403 (with `message`), or 595/596 (empty body, as a failed node-to-node proxy).
     #[serde(default = "default_status")]
     pub status: u16,
     /// Error message for 500 answers.
@@ -56,6 +56,7 @@ fn default_status() -> u16 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Injected {
     Die(String),
+    Forbidden(String),
     Proxy(u16),
 }
 
@@ -91,7 +92,7 @@ pub(crate) struct Faults {
 
 impl Faults {
     pub(crate) fn add_http(&mut self, fault: HttpFault) -> Result<(), FaultError> {
-        if !matches!(fault.status, 500 | 595 | 596) {
+        if !matches!(fault.status, 403 | 500 | 595 | 596) {
             return Err(FaultError::Status(fault.status));
         }
         let regex = Regex::new(&fault.pattern).map_err(|source| FaultError::Pattern {
@@ -183,6 +184,11 @@ impl Faults {
                     f.message
                         .clone()
                         .unwrap_or_else(|| "injected failure".to_string()),
+                ),
+                403 => Injected::Forbidden(
+                    f.message
+                        .clone()
+                        .unwrap_or_else(|| "Permission check failed (/, Sys.Audit)".to_string()),
                 ),
                 s => Injected::Proxy(s),
             });

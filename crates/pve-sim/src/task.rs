@@ -260,13 +260,21 @@ fn finish(cluster: &mut Cluster, index: usize, work: Work, injected: Option<Stri
         return;
     }
     let mut log = Vec::new();
+    // An injected `WARNINGS: N` is not a failure: the work runs and the task ends with it.
+    let (injected, warnings) = match injected {
+        Some(w) if w.starts_with("WARNINGS: ") => (None, Some(w)),
+        other => (other, None),
+    };
     let result = work(cluster, &mut log, injected);
     let Some(task) = cluster.tasks.get_mut(index) else {
         return;
     };
     task.log.extend(log);
+    if warnings.is_some() {
+        task.log.push("WARN: injected warning".to_string());
+    }
     task.exitstatus = Some(match result {
-        Ok(()) => "OK".to_string(),
+        Ok(()) => warnings.unwrap_or_else(|| "OK".to_string()),
         // PVE folds the last log line's newlines into spaces.
         Err(e) => e.trim_end().replace('\n', " "),
     });

@@ -465,6 +465,7 @@ async fn handle(
             None,
             match injected {
                 Injected::Die(m) => ApiError::die(m),
+                Injected::Forbidden(m) => ApiError::forbidden(m),
                 Injected::Proxy(status) => ApiError::Proxy {
                     status,
                     reason: "Errors during connection establishment, proxy handshake: Connection refused"

@@ -213,3 +213,43 @@ async fn a_download_task_can_be_made_to_fail() {
     let status = s.wait(&upid).await;
     assert_eq!(status["exitstatus"], "download failed: exit code 4");
 }
+
+#[tokio::test]
+async fn an_injected_warnings_status_still_does_the_work() {
+    let s = sim().await;
+    s.sim.control().fail_next_task("qmcreate", "WARNINGS: 1");
+    let upid = s.post("/nodes/pve1/qemu", &[("vmid", "100")]).await.upid();
+    let status = s.wait(&upid).await;
+    assert_eq!(status["exitstatus"], "WARNINGS: 1");
+    let cfg = s.config("100").await;
+    assert!(cfg.get("lock").is_none());
+    let log = s
+        .get(&format!("/nodes/pve1/tasks/{}/log", crate::encode(&upid)))
+        .await;
+    let last = log.data().as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["t"], "TASK WARNINGS: 1");
+}
+
+#[tokio::test]
+async fn a_path_pattern_can_answer_403() {
+    let s = sim().await;
+    s.sim
+        .control()
+        .fail_requests(HttpFault {
+            pattern: "/config$".to_string(),
+            method: Some("PUT".to_string()),
+            status: 403,
+            message: Some("Permission check failed (/vms/100, VM.Config.Memory)".to_string()),
+            times: Some(1),
+            probability: None,
+        })
+        .unwrap();
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("memory", "1")])
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/vms/100, VM.Config.Memory)\n"
+    );
+}
