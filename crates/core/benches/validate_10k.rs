@@ -23,7 +23,7 @@ const CT_TEMPLATES: usize = 600;
 const ARTIFACT_NODES: usize = 5;
 /// Documents per file where files hold several.
 const PER_FILE: usize = 10;
-const RUNS: usize = 9;
+const RUNS: usize = 15;
 
 fn node(i: usize) -> String {
     format!("pve{:02}", i % NODES + 1)

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
@@ -27,6 +28,10 @@ const CLUSTERS: &str = "clusters";
 const COMPOSITION: &str = "resources.yaml";
 /// Longest cluster folder name the Go program accepts.
 const MAX_CLUSTER_NAME: usize = 64;
+/// Most threads that parse files at once; the agent shares its machine with PVE.
+const MAX_PARSE_THREADS: usize = 4;
+/// Below this many files per thread, starting threads costs more than it saves.
+const MIN_FILES_PER_THREAD: usize = 32;
 
 /// How the repository is laid out (DESIGN.md §2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +170,7 @@ impl<'a> Repository<'a> {
             .copied()
             .filter(|path| !is_sops(path))
             .collect();
+        self.parse_all(&files);
         let checked = self.check(None, &files);
         let mut diagnostics = checked.file_diagnostics;
         diagnostics.extend(checked.cross_diagnostics);
@@ -226,6 +232,8 @@ impl<'a> Repository<'a> {
                 *self.uses.entry(path).or_default() += 1;
             }
         }
+        let listed: Vec<&'a str> = self.uses.keys().copied().collect();
+        self.parse_all(&listed);
         for (cluster, cluster_diagnostics, files) in compositions {
             let checked = self.check(Some(cluster), &files);
             let is_valid = !cluster_diagnostics.iter().any(Diagnostic::is_error);
@@ -400,7 +408,61 @@ impl<'a> Repository<'a> {
             .map(|(_, path)| path)
     }
 
-    /// Parses `files` (each at most once per load) and checks them as one desired state.
+    /// Parses every file of `paths` that is not parsed yet, on every core the machine offers.
+    ///
+    /// Files are independent and parsing them is most of the time `load` takes (a 10,000
+    /// resource repository is ~6 MiB of YAML), so they are shared out among scoped threads; each
+    /// result is kept by path, so the outcome is the same as parsing them one after another.
+    /// `load` still returns only when every file is done: callers see a synchronous function.
+    fn parse_all(&mut self, paths: &[&'a str]) {
+        let todo: Vec<(&'a str, &'a str)> = paths
+            .iter()
+            .filter(|path| !self.parsed.contains_key(*path))
+            .filter_map(|path| self.files.get_key_value(path))
+            .map(|(path, contents)| (*path, *contents))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let workers = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .min(MAX_PARSE_THREADS)
+            .min(todo.len() / MIN_FILES_PER_THREAD);
+        if workers < 2 {
+            for (path, contents) in todo {
+                self.parsed.insert(path, parse_file(path, contents));
+            }
+            return;
+        }
+        // Threads take the next file as they finish one, so a few large files do not leave a
+        // core idle.
+        let next = AtomicUsize::new(0);
+        let parse_some = || {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(path, contents)) = todo.get(i) else {
+                    return done;
+                };
+                done.push((path, parse_file(path, contents)));
+            }
+        };
+        let parsed: Vec<Vec<(&'a str, ParsedFile)>> = std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(parse_some)).collect();
+            let mut parsed = vec![parse_some()];
+            for helper in helpers {
+                // A panic in the parser is a bug: let it reach the caller as it would unthreaded.
+                parsed.push(
+                    helper
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                );
+            }
+            parsed
+        });
+        self.parsed.extend(parsed.into_iter().flatten());
+    }
+
+    /// Checks `files` as one desired state, parsing any not parsed yet.
     fn check(&mut self, cluster: Option<&str>, files: &[&'a str]) -> Checked {
         let mut file_diagnostics = Vec::new();
         let mut resources = Vec::new();
@@ -814,6 +876,31 @@ mod tests {
         assert!(
             errors[0].contains("depends-on target `ISO/tools` does not exist (in cluster `b`)")
         );
+    }
+
+    #[test]
+    fn many_files_load_as_if_parsed_one_after_another() {
+        // Enough files for several parsing threads; every seventh one is broken.
+        let files: BTreeMap<String, String> = (0..300)
+            .map(|i| {
+                let name = format!("iso-{i:03}");
+                let contents = if i % 7 == 0 {
+                    iso(&name).replace("https", "ftp")
+                } else {
+                    iso(&name)
+                };
+                (format!("isos/{name}.yaml"), contents)
+            })
+            .collect();
+        let loaded = load(&files);
+        let mut expected: Vec<Diagnostic> = files
+            .iter()
+            .flat_map(|(path, contents)| parse_file(path, contents).diagnostics)
+            .collect();
+        sort_diagnostics(&mut expected);
+        assert_eq!(expected.len(), 43);
+        assert_eq!(loaded.diagnostics, expected);
+        assert_eq!(loaded, load(&files), "loading twice gives the same result");
     }
 
     #[test]
