@@ -270,3 +270,17 @@ fn valid_fixtures_hold_the_resources_and_levels_they_declare() {
         "ISO/CTTemplate, then LXC/dns-1, then VM/web-1"
     );
 }
+
+#[test]
+fn example_repository_is_one_valid_cluster() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let loaded = proxops_core::load(&read_repository(&root));
+    let all: Vec<&Diagnostic> = loaded.diagnostics.iter().collect();
+    assert!(all.is_empty(), "{}", rendered(&all));
+    assert_eq!(loaded.layout, Layout::Composition);
+    let state = loaded.state(Some("homelab")).expect("homelab is valid");
+    assert_eq!(
+        (state.manifest.len(), state.files.len(), state.levels.len()),
+        (8, 8, 3)
+    );
+}
