@@ -133,11 +133,20 @@ pub fn compare(
                 compare_disk(guest_type, key, &owned.value, rule, observed, &mut diff)
             }
             Rule::BindMount => compare_bind(guest_type, key, &owned.value, observed, &mut diff),
-            rule => {
-                if !matches(rule, &owned.value, observed) {
-                    diff.write(guest_type, key, owned.value.clone(), false);
-                }
+            rule if matches(rule, &owned.value, observed) => {}
+            // A CD-ROM written over a live disk would detach the disk.
+            _ if guest_type == GuestType::Qemu
+                && is_disk_key(key)
+                && observed.is_some_and(holds_volume) =>
+            {
+                diff.finding(
+                    key.clone(),
+                    &owned.value,
+                    observed.unwrap_or(""),
+                    FindingKind::UnsafeVolumeChange,
+                );
             }
+            _ => diff.write(guest_type, key, owned.value.clone(), false),
         }
     }
 
@@ -194,7 +203,9 @@ fn holds_volume(raw: &str) -> bool {
         || file.contains(":iso/"))
 }
 
-/// Keys PVE applies only to a stopped guest, per the Go program's stop-required markers.
+/// Keys PVE applies only to a stopped guest, per the Go program's stop-required markers,
+/// except LXC `onboot`, `protection` and `startup`, which PVE always applies at once (the Go
+/// program flags them too).
 fn is_stop_key(guest_type: GuestType, key: &str) -> bool {
     match guest_type {
         GuestType::Qemu => {
@@ -216,16 +227,7 @@ fn is_stop_key(guest_type: GuestType, key: &str) -> bool {
         GuestType::Lxc => {
             matches!(
                 key,
-                "memory"
-                    | "swap"
-                    | "cores"
-                    | "arch"
-                    | "rootfs"
-                    | "features"
-                    | "onboot"
-                    | "protection"
-                    | "console"
-                    | "startup"
+                "memory" | "swap" | "cores" | "arch" | "rootfs" | "features" | "console"
             ) || numbered(key, "mp")
                 || numbered(key, "net")
         }
@@ -249,11 +251,30 @@ fn matches(rule: &Rule, desired: &str, observed: Option<&str>) -> bool {
             set_of(desired, *lowercase) == set_of(observed.unwrap_or(""), *lowercase)
         }
         Rule::SshKeys => ssh_key_set(desired) == ssh_key_set(observed.unwrap_or("")),
-        Rule::Description => observed.is_some_and(|o| {
-            o.trim_end_matches(['\n', '\r']) == desired.trim_end_matches(['\n', '\r'])
-        }),
+        Rule::Description => {
+            observed.unwrap_or("").trim_end_matches(['\n', '\r'])
+                == desired.trim_end_matches(['\n', '\r'])
+        }
+        Rule::Machine => observed.is_some_and(|o| machine_matches(desired, o)),
         // Volumes are compared by `compare_disk` and `compare_bind`.
         Rule::Disk(_) | Rule::BindMount => observed == Some(desired),
+    }
+}
+
+/// Whether a live `machine` is the declared machine type, possibly with a pinned version.
+fn machine_matches(desired: &str, observed: &str) -> bool {
+    let live = PropertyString::parse(observed, Some("type"));
+    let Some(live) = live.get("type") else {
+        return false;
+    };
+    let versioned = |prefix: &str| {
+        live.strip_prefix(prefix)
+            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+    };
+    match desired {
+        "q35" => live == "q35" || versioned("pc-q35-"),
+        "pc" => live == "pc" || versioned("pc-i440fx-") || versioned("pc-"),
+        _ => live == desired,
     }
 }
 
@@ -1065,6 +1086,58 @@ mod tests {
     }
 
     #[test]
+    fn a_versioned_machine_satisfies_its_type_and_a_cdrom_never_replaces_a_disk() {
+        let r = vm("  hardware: {machine: q35, cdrom: {iso: netinst}}\n");
+        let base = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+        ];
+        let mut l = base.to_vec();
+        l.extend([
+            ("machine", "pc-q35-9.2+pve1,viommu=virtio"),
+            (
+                "ide2",
+                "local:iso/debian-13-netinst.iso,media=cdrom,size=600M",
+            ),
+        ]);
+        assert!(compare_qemu(&r, &l).is_empty());
+        let mut l = base.to_vec();
+        l.extend([
+            ("machine", "pc-i440fx-9.2"),
+            ("ide2", "local-lvm:vm-100-disk-3,size=2G"),
+        ]);
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(diff.set, set(&[("machine", "q35")]));
+        assert_eq!(diff.findings.len(), 1);
+        assert_eq!(
+            (diff.findings[0].field.as_str(), diff.findings[0].kind),
+            ("ide2", FindingKind::UnsafeVolumeChange)
+        );
+    }
+
+    #[test]
+    fn a_bare_dhcp_ipconfig_and_an_empty_description_match_what_pve_reports() {
+        let r = vm("  pve-description: ''\n  cloud-init-data: {ipconfigs: [{nic: 0, ip: dhcp}]}\n");
+        let diff = compare_qemu(
+            &r,
+            &[
+                ("name", "web"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("tags", "proxops"),
+                ("ipconfig0", "dhcp"),
+            ],
+        );
+        assert!(diff.is_empty(), "{diff:#?}");
+    }
+
+    #[test]
     fn a_cpu_change_needs_a_stop_but_a_tag_change_does_not() {
         let r = vm("  tags: [web]\n");
         let diff = compare_qemu(
@@ -1198,6 +1271,29 @@ mod tests {
             let live = as_pve_would_store(&r, 100);
             let diff = compare(&r, &live, &CompareContext::default());
             prop_assert!(diff.is_empty(), "{yaml}\n{diff:#?}\n{live:#?}");
+        }
+
+        #[test]
+        fn an_out_of_band_change_to_one_owned_key_writes_only_that_key(
+            yaml in vm_yaml(),
+            pick in any::<prop::sample::Index>(),
+        ) {
+            let r = rendered(&yaml, &artifacts());
+            let stored = as_pve_would_store(&r, 100);
+            // Keys whose value is plain text or a set; volumes and NICs have their own tests.
+            let plain: Vec<&String> = r.owned.iter()
+                .filter(|(_, o)| matches!(o.rule, Rule::Scalar | Rule::Set { .. } | Rule::Description))
+                .map(|(k, _)| k)
+                .collect();
+            let key = plain[pick.index(plain.len())];
+            let changed = stored.entries().map(|(k, e)| {
+                let raw = if k == key { format!("{}x", e.raw.trim_end()) } else { e.raw.clone() };
+                (k.to_owned(), raw)
+            });
+            let live = LiveConfig::from_pairs(GuestType::Qemu, changed);
+            let diff = compare(&r, &live, &CompareContext::default());
+            prop_assert_eq!(diff.set.keys().collect::<Vec<_>>(), [key]);
+            prop_assert!(diff.delete.is_empty() && diff.findings.is_empty());
         }
     }
 }

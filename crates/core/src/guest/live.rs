@@ -23,12 +23,6 @@ pub enum LiveError {
     /// The body (or its `data`) is not a JSON object.
     #[error("guest config is not a JSON object")]
     NotAnObject,
-    /// A value that is neither a string, a number, a boolean nor a list of strings.
-    #[error("guest config key `{key}` holds a nested object")]
-    UnsupportedValue {
-        /// The key.
-        key: String,
-    },
 }
 
 /// One key of a live config.
@@ -51,11 +45,12 @@ pub struct LiveConfig {
 
 impl LiveConfig {
     /// Reads the body of `GET .../config`: either `{"data": {...}}` or the object itself.
-    /// `null` values are skipped; a list (some mocks give `tags` as one) is joined with `;`.
+    /// `null` values are skipped; a list of strings (some mocks give `tags` as one) is joined
+    /// with `;`; other nested values (raw `lxc` lines) are kept as JSON text.
     ///
     /// # Errors
     ///
-    /// [`LiveError`] when the body is not an object or a value is a nested object.
+    /// [`LiveError::NotAnObject`] when the body is not an object.
     pub fn from_json(guest_type: GuestType, body: &Value) -> Result<Self, LiveError> {
         let object = match body.get("data") {
             Some(data @ Value::Object(_)) => data,
@@ -71,18 +66,14 @@ impl LiveConfig {
                 Value::String(s) => s.clone(),
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => if *b { "1" } else { "0" }.to_owned(),
-                Value::Array(items) => {
-                    let mut parts = Vec::with_capacity(items.len());
-                    for item in items {
-                        match item {
-                            Value::String(s) => parts.push(s.clone()),
-                            Value::Number(n) => parts.push(n.to_string()),
-                            _ => return Err(LiveError::UnsupportedValue { key: key.clone() }),
-                        }
-                    }
-                    parts.join(";")
-                }
-                Value::Object(_) => return Err(LiveError::UnsupportedValue { key: key.clone() }),
+                Value::Array(items) if items.iter().all(Value::is_string) => items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                // Raw `lxc` lines come as a list of pairs; ProxOps never owns them, so they
+                // are kept as their JSON text rather than refusing the whole config.
+                Value::Array(_) | Value::Object(_) => value.to_string(),
             };
             pairs.push((key.clone(), text));
         }
@@ -182,7 +173,8 @@ pub(crate) fn property_default_key(
         _ if qemu && is_disk_key(key) => Some("file"),
         _ if qemu && numbered(key, "net") => Some("model"),
         _ if qemu && numbered(key, "hostpci") => Some("host"),
-        _ if qemu && numbered(key, "ipconfig") => None,
+        // LIVE-FACTS §1.4 also reports a bare `dhcp`.
+        _ if qemu && numbered(key, "ipconfig") => Some("ip"),
         _ if !qemu && numbered(key, "net") => None,
         _ if !qemu && numbered(key, "mp") => Some("volume"),
         _ if numbered(key, "unused") => Some("file"),
@@ -263,15 +255,21 @@ mod tests {
     }
 
     #[test]
-    fn nested_objects_and_non_objects_are_refused() {
+    fn a_body_that_is_not_an_object_is_refused_but_raw_lxc_lines_are_kept() {
         assert_eq!(
             LiveConfig::from_json(GuestType::Qemu, &json!([1])),
             Err(LiveError::NotAnObject)
         );
+        let live = LiveConfig::from_json(
+            GuestType::Lxc,
+            &json!({"lxc": [["lxc.apparmor.profile", "unconfined"]], "tags": ["a", "b"]}),
+        )
+        .unwrap();
         assert_eq!(
-            LiveConfig::from_json(GuestType::Qemu, &json!({"x": {"y": 1}})),
-            Err(LiveError::UnsupportedValue { key: "x".into() })
+            live.get("lxc"),
+            Some(r#"[["lxc.apparmor.profile","unconfined"]]"#)
         );
+        assert_eq!(live.get("tags"), Some("a;b"));
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub enum Rule {
     },
     /// A qemu `net<N>`: model and declared parts; the MAC only when declared (any case).
     QemuNet,
+    /// A qemu `machine`: `q35` is also satisfied by a versioned `pc-q35-<ver>` (PVE pins
+    /// versions, e.g. for Windows guests), and `pc` by `pc-i440fx-<ver>` or `pc-<ver>`.
+    Machine,
     /// A list compared as a set, split on `;`, `,` and whitespace.
     Set {
         /// Whether case is ignored (tags).
@@ -94,7 +97,7 @@ pub enum Rule {
     },
     /// `sshkeys`: the percent-decoded lines compared as a set.
     SshKeys,
-    /// Text whose trailing newlines are ignored (`description`).
+    /// Text whose trailing newlines are ignored (`description`); empty matches absent.
     Description,
     /// A volume: compared by pool, size and declared options, never rewritten in create form.
     Disk(DiskRule),
@@ -377,11 +380,7 @@ fn render_vm_hardware(spec: &VmSpec, artifacts: &Artifacts, out: &mut RenderedCo
             Machine::I440fx => "pc",
             Machine::Q35 => "q35",
         };
-        let rule = Rule::Props {
-            bare_key: Some("type"),
-            ignore_extra: true,
-        };
-        out.own("machine", value, rule);
+        out.own("machine", value, Rule::Machine);
     }
     if let Some(bios) = hw.bios {
         let value = match bios {
@@ -652,7 +651,7 @@ fn render_cloud_init_data(spec: &VmSpec, out: &mut RenderedConfig) {
         }
         if !parts.is_empty() {
             let rule = Rule::Props {
-                bare_key: None,
+                bare_key: Some("ip"),
                 ignore_extra: false,
             };
             out.own(format!("ipconfig{}", ipc.nic), parts.join(","), rule);
