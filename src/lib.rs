@@ -14,6 +14,7 @@
 //! - [`output`]: the only place that prints (human text or JSON).
 //! - [`source`]: reading a revision's manifest files (a directory today, git later).
 //! - [`telemetry`]: logging set-up.
+//! - [`webhook`]: `/hooks/<forge>` receiver: checks HMAC signatures, then nudges the agent.
 
 pub mod cli;
 pub mod config;
@@ -23,3 +24,4 @@ pub mod output;
 pub mod reconcile;
 pub mod source;
 pub mod telemetry;
+pub mod webhook;

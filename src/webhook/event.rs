@@ -1,0 +1,275 @@
+//! What a verified delivery is about: a ping, a push to a branch, or something we ignore.
+//!
+//! Pure: it reads the provider's event header and, for pushes only, the payload's `ref`. It
+//! deliberately does not read the commit SHA (`after`, `head_commit`): the agent applies what
+//! `git fetch` finds, never what a payload claims, so the SHA is not even returned. Call it only
+//! after `signature::verify` succeeded; it does not authenticate anything.
+
+use axum::http::HeaderMap;
+use serde::Deserialize;
+
+use super::provider::{HeaderLookup, Provider, lookup};
+
+/// The part of a delivery that decides what the agent does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The forge checks that the hook works.
+    Ping,
+    /// Commits were pushed to (or a branch was created or deleted at) `refs/heads/<branch>`.
+    Push {
+        /// The branch name without `refs/heads/`.
+        branch: String,
+    },
+    /// A push to a ref that is not a branch (a tag, a note, ...): never a reason for a pass.
+    NonBranchPush {
+        /// The full ref, e.g. `refs/tags/v1`.
+        git_ref: String,
+    },
+    /// Any other event kind, as the forge names it (`pull_request`, `issues`, ...).
+    Other(String),
+}
+
+/// A verified delivery could not be understood.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    /// None of the provider's event headers is present.
+    #[error("missing event header {header}")]
+    MissingHeader {
+        /// The header the provider names its events in.
+        header: &'static str,
+    },
+    /// The event header is repeated or not printable ASCII.
+    #[error("malformed event header {header}")]
+    MalformedHeader {
+        /// The header that was read.
+        header: &'static str,
+    },
+    /// A push payload is not JSON or has no string `ref`.
+    #[error("reading the push payload's ref")]
+    PushPayload {
+        /// What the JSON parser said.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The only field of a push payload we read.
+#[derive(Deserialize)]
+struct PushPayload {
+    #[serde(rename = "ref")]
+    git_ref: String,
+}
+
+/// Reads the event kind from `provider`'s event header and, for a push, the pushed ref.
+///
+/// # Errors
+///
+/// A missing or malformed event header, or a push whose body has no string `ref`.
+pub fn parse(
+    provider: Provider,
+    headers: &HeaderMap,
+    raw_body: &[u8],
+) -> Result<Event, EventError> {
+    let kind = match lookup(headers, provider.event_headers()) {
+        HeaderLookup::One { name, value } => value
+            .to_str()
+            .map_err(|_| EventError::MalformedHeader { header: name })?,
+        HeaderLookup::Repeated { name } => {
+            return Err(EventError::MalformedHeader { header: name });
+        }
+        HeaderLookup::Absent => {
+            let header = provider.event_headers()[0];
+            return Err(EventError::MissingHeader { header });
+        }
+    };
+    match kind {
+        "ping" => Ok(Event::Ping),
+        "push" => {
+            let payload: PushPayload = serde_json::from_slice(raw_body)
+                .map_err(|source| EventError::PushPayload { source })?;
+            Ok(from_ref(payload.git_ref))
+        }
+        other => Ok(Event::Other(other.to_owned())),
+    }
+}
+
+fn from_ref(git_ref: String) -> Event {
+    match git_ref.strip_prefix("refs/heads/") {
+        Some(branch) if !branch.is_empty() => Event::Push {
+            branch: branch.to_owned(),
+        },
+        _ => Event::NonBranchPush { git_ref },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/webhooks");
+
+    fn fixture(file: &str) -> Vec<u8> {
+        std::fs::read(format!("{FIXTURES}/{file}")).unwrap()
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn push(branch: &str) -> Event {
+        Event::Push {
+            branch: branch.to_owned(),
+        }
+    }
+
+    #[test]
+    fn github_ping_fixtures_are_pings() {
+        let map = headers(&[("x-github-event", "ping")]);
+        for file in [
+            "github/octokit-ping.json",
+            "github/octokit-ping-organization.json",
+        ] {
+            assert_eq!(
+                parse(Provider::GitHub, &map, &fixture(file)).unwrap(),
+                Event::Ping,
+                "{file}"
+            );
+        }
+    }
+
+    #[test]
+    fn push_fixtures_name_their_branch() {
+        let cases = [
+            (
+                Provider::GitHub,
+                "x-github-event",
+                "github/octokit-push-new-branch.json",
+                "master",
+            ),
+            (
+                Provider::GitHub,
+                "x-github-event",
+                "github/goscm-push.json",
+                "master",
+            ),
+            (
+                Provider::Gitea,
+                "x-gitea-event",
+                "gitea/goscm-push.json",
+                "master",
+            ),
+            (
+                Provider::Gitea,
+                "x-gitea-event",
+                "gitea/docs-push.json",
+                "develop",
+            ),
+            (
+                Provider::Forgejo,
+                "x-forgejo-event",
+                "gitea/goscm-push.json",
+                "master",
+            ),
+            (
+                Provider::Gogs,
+                "x-gogs-event",
+                "gogs/goscm-push.json",
+                "master",
+            ),
+        ];
+        for (provider, header, file, branch) in cases {
+            let map = headers(&[(header, "push")]);
+            assert_eq!(
+                parse(provider, &map, &fixture(file)).unwrap(),
+                push(branch),
+                "{file}"
+            );
+        }
+    }
+
+    #[test]
+    fn tag_push_is_not_a_branch_push() {
+        let map = headers(&[("x-github-event", "push")]);
+        let body = fixture("github/octokit-push-tag-deleted.json");
+        assert_eq!(
+            parse(Provider::GitHub, &map, &body).unwrap(),
+            Event::NonBranchPush {
+                git_ref: "refs/tags/simple-tag".to_owned()
+            }
+        );
+    }
+
+    #[test]
+    fn branch_names_keep_their_slashes_and_an_empty_branch_is_not_a_branch() {
+        let map = headers(&[("x-gogs-event", "push")]);
+        let parse_ref = |git_ref: &str| {
+            let body = serde_json::json!({ "ref": git_ref }).to_string();
+            parse(Provider::Gogs, &map, body.as_bytes()).unwrap()
+        };
+        assert_eq!(parse_ref("refs/heads/feature/x"), push("feature/x"));
+        assert!(matches!(
+            parse_ref("refs/heads/"),
+            Event::NonBranchPush { .. }
+        ));
+        assert!(matches!(parse_ref("master"), Event::NonBranchPush { .. }));
+    }
+
+    #[test]
+    fn other_events_keep_their_name() {
+        let body = fixture("gitea/goscm-pull_request_edited.json");
+        let map = headers(&[("x-gitea-event", "pull_request")]);
+        assert_eq!(
+            parse(Provider::Gitea, &map, &body).unwrap(),
+            Event::Other("pull_request".to_owned())
+        );
+    }
+
+    #[test]
+    fn forgejo_reads_the_gitea_event_header_only_when_its_own_is_absent() {
+        let body = fixture("gitea/goscm-push.json");
+        let gitea_only = headers(&[("x-gitea-event", "push")]);
+        assert_eq!(
+            parse(Provider::Forgejo, &gitea_only, &body).unwrap(),
+            push("master")
+        );
+        let both = headers(&[("x-forgejo-event", "ping"), ("x-gitea-event", "push")]);
+        assert_eq!(parse(Provider::Forgejo, &both, &body).unwrap(), Event::Ping);
+    }
+
+    #[test]
+    fn event_header_of_another_provider_is_not_read() {
+        let map = headers(&[("x-gitea-event", "push")]);
+        assert!(matches!(
+            parse(Provider::GitHub, &map, b"{}"),
+            Err(EventError::MissingHeader {
+                header: "x-github-event"
+            })
+        ));
+    }
+
+    #[test]
+    fn repeated_event_header_is_malformed() {
+        let map = headers(&[("x-github-event", "ping"), ("x-github-event", "push")]);
+        assert!(matches!(
+            parse(Provider::GitHub, &map, b"{}"),
+            Err(EventError::MalformedHeader { .. })
+        ));
+    }
+
+    #[test]
+    fn push_without_a_string_ref_is_an_error() {
+        let map = headers(&[("x-github-event", "push")]);
+        for body in [&b"not json"[..], b"{}", br#"{"ref": 7}"#] {
+            assert!(matches!(
+                parse(Provider::GitHub, &map, body),
+                Err(EventError::PushPayload { .. })
+            ));
+        }
+    }
+}
