@@ -300,7 +300,7 @@ impl Cluster {
         size: u64,
         format: Option<&str>,
     ) -> Result<String, String> {
-        let def = self.storage(node, sid).map_err(|e| message_of(&e))?.clone();
+        let def = self.storage(node, sid).map_err(|e| e.text())?.clone();
         if !def.has_content(content) {
             return Err(match content {
                 "images" => format!("storage '{sid}' does not support vm images"),
@@ -353,7 +353,7 @@ impl Cluster {
                 checksums: BTreeMap::new(),
             },
         )
-        .map_err(|e| message_of(&e))?;
+        .map_err(|e| e.text())?;
         Ok(format!("{sid}:{volname}"))
     }
 
@@ -364,7 +364,7 @@ impl Cluster {
         sid: &str,
         vmid: u32,
     ) -> Result<String, String> {
-        let def = self.storage(node, sid).map_err(|e| message_of(&e))?.clone();
+        let def = self.storage(node, sid).map_err(|e| e.text())?.clone();
         let volname = if def.is_file_based() {
             format!("{vmid}/vm-{vmid}-cloudinit.qcow2")
         } else {
@@ -392,7 +392,7 @@ impl Cluster {
                 checksums: BTreeMap::new(),
             },
         )
-        .map_err(|e| message_of(&e))?;
+        .map_err(|e| e.text())?;
         Ok(format!("{sid}:{volname}"))
     }
 
@@ -419,24 +419,5 @@ impl Cluster {
             .iter()
             .find(|(_, p)| p.vms.contains(&vmid))
             .map(|(id, _)| id.as_str())
-    }
-}
-
-/// The message text of an error (for task failures built from API errors).
-pub(crate) fn message_of(e: &ApiError) -> String {
-    match e {
-        ApiError::Die { message, .. } | ApiError::Forbidden(message) => {
-            message.trim_end().to_string()
-        }
-        ApiError::Params(errors) => errors
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}"))
-            .collect::<Vec<_>>()
-            .join("; "),
-        ApiError::Unauthorized(r) => r.clone(),
-        ApiError::NotImplemented { method, path } => {
-            format!("Method '{method} {path}' not implemented")
-        }
-        ApiError::Proxy { reason, .. } => reason.clone(),
     }
 }

@@ -63,5 +63,27 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The message text without its trailing newline (for task failures built from API
+    /// errors).
+    pub(crate) fn text(&self) -> String {
+        match self {
+            ApiError::Die { message, .. } | ApiError::Forbidden(message) => {
+                message.trim_end().to_string()
+            }
+            ApiError::Params(errors) => errors
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+            ApiError::Unauthorized(r) => r.clone(),
+            ApiError::NotImplemented { method, path } => {
+                format!("Method '{method} {path}' not implemented")
+            }
+            ApiError::Proxy { reason, .. } => reason.clone(),
+        }
+    }
+}
+
 /// Result of an API handler.
 pub(crate) type ApiResult<T = serde_json::Value> = Result<T, ApiError>;

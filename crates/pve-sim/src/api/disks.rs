@@ -3,7 +3,7 @@
 //! create form (`local-lvm:8` becomes `local-lvm:vm-100-disk-0,size=8G`), and the volume
 //! bookkeeping of template conversion, unused disks and destruction.
 
-use crate::cluster::{Cluster, message_of};
+use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
 use crate::guest::{self, Guest, Kind};
 use crate::property::PropertyString;
@@ -271,14 +271,13 @@ pub(super) fn rename_to_base(cluster: &mut Cluster, g: &mut Guest) {
             continue;
         };
         let needle = format!("vm-{}-disk-", g.vmid);
-        let Some((sid, volname)) = storage::split_volid(&volid) else {
+        let Some((_, volname)) = storage::split_volid(&volid) else {
             continue;
         };
         if !volname.contains(&needle) {
             continue;
         }
         let new_name = volname.replace(&needle, &format!("base-{}-disk-", g.vmid));
-        let _ = sid;
         let new_volid = cluster.rename_volume(&g.node, &volid, &new_name);
         p.set(dk, &new_volid);
         g.config.insert(key, p.print(Some(dk), true));
@@ -358,9 +357,4 @@ pub(super) fn allocation_order(
         params.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     items.sort_by_key(|(k, _)| volume_rank(kind, k));
     items
-}
-
-/// Error text of an API error inside a task.
-pub(super) fn task_error(e: &ApiError) -> String {
-    message_of(e)
 }

@@ -460,7 +460,7 @@ pub(super) fn resize(ctx: &Ctx, kind: Kind) -> ApiResult {
                 g.check_lock().map_err(ApiError::die)
             }
         })
-        .map_err(|e| disks::task_error(&e));
+        .map_err(|e| e.text());
     let work: Work = Box::new(move |c, log, injected| {
         if let Some(m) = injected {
             return Err(m);
@@ -499,7 +499,7 @@ pub(super) fn resize(ctx: &Ctx, kind: Kind) -> ApiResult {
             vol.size = new;
             let (sid, volname) = (sid.to_string(), volname.to_string());
             c.put_volume(&node, &sid, &volname, vol)
-                .map_err(|e| disks::task_error(&e))?;
+                .map_err(|e| e.text())?;
         }
         p.set("size", &format_size(new));
         log.push(format!(

@@ -295,7 +295,7 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
                     checksums: fetched.checksums,
                 },
             )
-            .map_err(|e| crate::cluster::message_of(&e))?;
+            .map_err(|e| e.text())?;
             Ok(())
         });
         work
