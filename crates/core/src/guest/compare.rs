@@ -146,7 +146,24 @@ pub fn compare(
                     FindingKind::UnsafeVolumeChange,
                 );
             }
-            _ => diff.write(guest_type, key, owned.value.clone(), false),
+            rule => {
+                let value = written_value(rule, &owned.value, observed);
+                diff.write(guest_type, key, value, false);
+            }
+        }
+    }
+
+    for (path, desired) in &rendered.report_only {
+        let Some((key, part)) = path.split_once('.') else {
+            continue;
+        };
+        let live_parts = PropertyString::parse(live.get(key).unwrap_or(""), None);
+        let observed = live_parts
+            .get(part)
+            .or_else(|| part_default(part))
+            .unwrap_or("");
+        if !part_eq(part, desired, observed) {
+            diff.finding(path.clone(), desired, observed, FindingKind::Drift);
         }
     }
 
@@ -258,6 +275,46 @@ fn matches(rule: &Rule, desired: &str, observed: Option<&str>) -> bool {
         Rule::Machine => observed.is_some_and(|o| machine_matches(desired, o)),
         // Volumes are compared by `compare_disk` and `compare_bind`.
         Rule::Disk(_) | Rule::BindMount => observed == Some(desired),
+    }
+}
+
+/// The value to write for a key that differs. Where ProxOps owns only some parts of a
+/// property string, the live parts it does not declare are kept: a NIC keeps its MAC (PVE
+/// would generate a new one), `features` keeps flags only root@pam may change, `cpu` keeps
+/// its flags.
+fn written_value(rule: &Rule, desired: &str, observed: Option<&str>) -> String {
+    let Some(observed) = observed.filter(|o| !o.trim().is_empty()) else {
+        return desired.to_owned();
+    };
+    match rule {
+        Rule::Props {
+            bare_key,
+            ignore_extra: true,
+        } => {
+            let mut merged = PropertyString::parse(observed, *bare_key);
+            for (k, v) in PropertyString::parse(desired, *bare_key).items() {
+                merged.set(k, v);
+            }
+            merged.to_value(*bare_key)
+        }
+        Rule::QemuNet => {
+            let (model, d_mac, d_rest) = split_qemu_net(desired);
+            let (_, o_mac, mut merged) = split_qemu_net(observed);
+            for (k, v) in d_rest.items() {
+                merged.set(k, v);
+            }
+            let head = match d_mac.or(o_mac) {
+                Some(mac) => format!("{model}={}", mac.to_uppercase()),
+                None => model,
+            };
+            let rest = merged.to_value(None);
+            if rest.is_empty() {
+                head
+            } else {
+                format!("{head},{rest}")
+            }
+        }
+        _ => desired.to_owned(),
     }
 }
 
@@ -930,6 +987,30 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_nic_keeps_its_generated_mac_and_undeclared_parts() {
+        let r = vm("  networks: [{bridge: vmbr1, firewall: true}]\n");
+        let diff = compare_qemu(
+            &r,
+            &[
+                ("name", "web"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+                ("tags", "proxops"),
+                ("net0", "virtio=BC:24:11:12:34:56,bridge=vmbr0,queues=4"),
+            ],
+        );
+        assert_eq!(
+            diff.set,
+            set(&[(
+                "net0",
+                "virtio=BC:24:11:12:34:56,bridge=vmbr1,queues=4,firewall=1"
+            )])
+        );
+    }
+
+    #[test]
     fn live_only_disk_nic_and_pci_slots_are_findings_never_deletions() {
         let r = vm("  disks: [{storage: local-lvm, size: 8GiB}]\n");
         let diff = compare_qemu(
@@ -1050,7 +1131,13 @@ mod tests {
             &[],
         );
         let diff = compare(&r, &live, &CompareContext::default());
-        assert_eq!(diff.set["features"], "nesting=1");
+        assert_eq!(
+            diff.set["features"], "keyctl=1,nesting=1",
+            "flags it does not own are kept"
+        );
+        assert!(diff.findings.iter().any(|f| f.field == "features.keyctl"
+            && (f.desired.as_str(), f.observed.as_str()) == ("0", "1")
+            && f.kind == FindingKind::Drift));
         assert!(diff.set["net0"].starts_with("name=eth0,"));
         assert!(diff.needs_stop);
         assert!(
@@ -1164,7 +1251,7 @@ mod tests {
                 ("tags", "proxops;web"),
             ],
         );
-        assert_eq!(diff.set, set(&[("cpu", "host")]));
+        assert_eq!(diff.set, set(&[("cpu", "host,flags=+aes")]));
         assert!(diff.needs_stop);
     }
 

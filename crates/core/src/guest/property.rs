@@ -54,19 +54,21 @@ impl PropertyString {
         &self.items
     }
 
-    /// Joins the pairs back; the value of `bare_key` is written without `key=`.
+    /// Joins the pairs back; the value of `bare_key` is written first and without `key=`,
+    /// the other pairs in order.
     pub fn to_value(&self, bare_key: Option<&str>) -> String {
-        self.items
+        let is_bare = |k: &str| Some(k) == bare_key || k.is_empty();
+        let bare = self
+            .items
             .iter()
-            .map(|(k, v)| {
-                if Some(k.as_str()) == bare_key || k.is_empty() {
-                    v.clone()
-                } else {
-                    format!("{k}={v}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(",")
+            .filter(|(k, _)| is_bare(k))
+            .map(|(_, v)| v.clone());
+        let rest = self
+            .items
+            .iter()
+            .filter(|(k, _)| !is_bare(k))
+            .map(|(k, v)| format!("{k}={v}"));
+        bare.chain(rest).collect::<Vec<_>>().join(",")
     }
 }
 

@@ -186,6 +186,9 @@ pub struct RenderedConfig {
     pub kept: BTreeSet<String>,
     /// Declared fields with no PVE write form.
     pub unsent: Vec<Unsent>,
+    /// Values compared but never written (`features.keyctl`, `features.fuse`: `<key>.<part>`
+    /// → value); a difference is a [`Drift`](super::FindingKind::Drift) finding.
+    pub report_only: BTreeMap<String, String>,
 }
 
 impl RenderedConfig {
@@ -199,6 +202,7 @@ impl RenderedConfig {
             grow_after_create: Vec::new(),
             kept: BTreeSet::new(),
             unsent: Vec::new(),
+            report_only: BTreeMap::new(),
         }
     }
 
@@ -796,7 +800,9 @@ pub fn render_lxc(spec: &LxcSpec, kind: Kind, name: &str, artifacts: &Artifacts)
         out.own("features", format!("nesting={}", bool_value(nesting)), rule);
     }
     for (field, value) in [("keyctl", o.keyctl), ("fuse", o.fuse)] {
-        if value.is_some() {
+        if let Some(b) = value {
+            out.report_only
+                .insert(format!("features.{field}"), bool_value(b).to_owned());
             out.unsent(
                 &format!("spec.options.{field}"),
                 "no PVE 9 write form for an API token (features other than nesting are \
