@@ -13,6 +13,7 @@
 //! - [`reconcile`]: one pass (validate → observe → plan → execute), shared by CLI and agent.
 //! - [`output`]: the only place that prints (human text or JSON).
 //! - [`source`]: reading a revision's manifest files (a directory today, git later).
+//! - [`store`]: the agent's records in SQLite (passes, actions, drift, inventory).
 //! - [`telemetry`]: logging set-up.
 //! - [`webhook`]: `/hooks/<forge>` receiver: checks HMAC signatures, then nudges the agent.
 
@@ -23,5 +24,6 @@ pub mod observe;
 pub mod output;
 pub mod reconcile;
 pub mod source;
+pub mod store;
 pub mod telemetry;
 pub mod webhook;

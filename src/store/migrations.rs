@@ -1,0 +1,240 @@
+//! The schema, as an ordered list of SQL scripts. Script `i` (0-based) takes the database
+//! from version `i` to `i + 1`; `PRAGMA user_version` holds the version reached. Each script
+//! runs in its own transaction together with the version bump, so a failed script leaves the
+//! database exactly as it was.
+//!
+//! Scripts are append-only: once released, a script is never edited; a change is a new
+//! script. A database newer than this binary is refused rather than guessed at.
+//!
+//! Times are INTEGER milliseconds since the Unix epoch; resources are stored as
+//! (`resource_kind`, `resource_name`), the parts of a `ResourceId`.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::{Result, StoreError};
+
+/// Every migration, oldest first.
+pub const MIGRATIONS: &[&str] = &[V1_INITIAL];
+
+/// Version 1: passes, actions, drift findings, inventory.
+const V1_INITIAL: &str = r"
+CREATE TABLE passes (
+    id              INTEGER PRIMARY KEY,
+    node            TEXT    NOT NULL,
+    revision        TEXT,               -- the git commit; NULL when none could be fetched
+    trigger_kind    TEXT    NOT NULL CHECK (trigger_kind IN
+                        ('poll', 'webhook', 'startup', 'cli', 'signal')),
+    started_at      INTEGER NOT NULL,
+    ended_at        INTEGER,
+    outcome         TEXT CHECK (outcome IN
+                        ('applied', 'no-change', 'failed', 'invalid', 'interrupted')),
+    actions_ok      INTEGER NOT NULL DEFAULT 0,
+    actions_failed  INTEGER NOT NULL DEFAULT 0,
+    actions_skipped INTEGER NOT NULL DEFAULT 0,
+    findings        INTEGER NOT NULL DEFAULT 0,
+    diagnostics     TEXT,               -- JSON array of core Diagnostics, for invalid passes
+    CHECK ((outcome IS NULL) = (ended_at IS NULL))
+) STRICT;
+CREATE INDEX passes_by_node ON passes (node, id);
+CREATE INDEX passes_unfinished ON passes (id) WHERE outcome IS NULL;
+
+CREATE TABLE actions (
+    id              INTEGER PRIMARY KEY,
+    pass_id         INTEGER NOT NULL REFERENCES passes (id) ON DELETE CASCADE,
+    resource_kind   TEXT    NOT NULL,
+    resource_name   TEXT    NOT NULL,
+    node            TEXT    NOT NULL,
+    verb            TEXT    NOT NULL,   -- `download`, `create`, …
+    detail          TEXT    NOT NULL,   -- JSON of the verb and its parameters
+    reason          TEXT    NOT NULL,
+    started_at      INTEGER NOT NULL,
+    upid            TEXT,               -- written before waiting for the task
+    task_started_at INTEGER,
+    ended_at        INTEGER,
+    result          TEXT CHECK (result IN ('succeeded', 'failed', 'skipped')),
+    exitstatus      TEXT,               -- PVE's, when succeeded
+    error           TEXT,               -- the error when failed, the reason when skipped
+    CHECK ((result IS NULL) = (ended_at IS NULL))
+) STRICT;
+CREATE INDEX actions_by_pass ON actions (pass_id, id);
+CREATE INDEX actions_running ON actions (node, id) WHERE upid IS NOT NULL AND result IS NULL;
+
+CREATE TABLE drift_findings (
+    id                INTEGER PRIMARY KEY,
+    node              TEXT    NOT NULL,
+    resource_kind     TEXT    NOT NULL,
+    resource_name     TEXT    NOT NULL,
+    kind              TEXT    NOT NULL, -- the finding kind (`drift`, `observe-failed`, …)
+    field             TEXT    NOT NULL,
+    desired           TEXT    NOT NULL,
+    observed          TEXT    NOT NULL,
+    message           TEXT    NOT NULL,
+    first_seen_commit TEXT,
+    first_seen_at     INTEGER NOT NULL,
+    last_seen_commit  TEXT,
+    last_seen_at      INTEGER NOT NULL,
+    resolved_at       INTEGER,
+    resolved_how      TEXT CHECK (resolved_how IN ('corrected', 'gone')),
+    CHECK ((resolved_at IS NULL) = (resolved_how IS NULL))
+) STRICT;
+-- At most one open finding per (node, resource, kind, field); resolved ones are history.
+CREATE UNIQUE INDEX drift_findings_open
+    ON drift_findings (node, resource_kind, resource_name, kind, field)
+    WHERE resolved_at IS NULL;
+CREATE INDEX drift_findings_resolved ON drift_findings (resolved_at) WHERE resolved_at IS NOT NULL;
+
+-- The guests ProxOps owns, keyed by their PVE identity (vmids are unique in a cluster).
+CREATE TABLE inventory (
+    node          TEXT    NOT NULL,
+    vmid          INTEGER NOT NULL,
+    resource_kind TEXT    NOT NULL,
+    resource_name TEXT    NOT NULL,
+    PRIMARY KEY (node, vmid)
+) STRICT;
+";
+
+/// The schema version this binary writes.
+pub fn latest() -> u32 {
+    u32::try_from(MIGRATIONS.len()).unwrap_or(u32::MAX)
+}
+
+/// `PRAGMA user_version` of an open database.
+pub(super) fn version(conn: &Connection) -> rusqlite::Result<u32> {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+}
+
+/// Applies every script of `scripts` the database has not seen yet; returns the version
+/// reached.
+pub(super) fn migrate(conn: &mut Connection, path: &Path, scripts: &[&str]) -> Result<u32> {
+    let query_error = |source| StoreError::Query {
+        path: path.to_owned(),
+        operation: "reading the schema version",
+        source,
+    };
+    let found = version(conn).map_err(query_error)?;
+    let supported = u32::try_from(scripts.len()).unwrap_or(u32::MAX);
+    if found > supported {
+        return Err(StoreError::TooNew {
+            path: path.to_owned(),
+            found,
+            supported,
+        });
+    }
+    for (index, script) in scripts.iter().enumerate().skip(found as usize) {
+        let target = u32::try_from(index + 1).unwrap_or(u32::MAX);
+        let migrate_error = |source| StoreError::Migrate {
+            path: path.to_owned(),
+            version: target,
+            source,
+        };
+        let tx = conn.transaction().map_err(migrate_error)?;
+        tx.execute_batch(script).map_err(migrate_error)?;
+        tx.pragma_update(None, "user_version", target)
+            .map_err(migrate_error)?;
+        tx.commit().map_err(migrate_error)?;
+        tracing::info!(path = %path.display(), version = target, "migrated the state database");
+    }
+    Ok(found.max(supported))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    const V2_TEST: &str = "ALTER TABLE inventory ADD COLUMN note TEXT NOT NULL DEFAULT 'old';";
+
+    fn db_path() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        (dir, path)
+    }
+
+    #[test]
+    fn a_new_database_is_at_the_latest_version() {
+        let store = Store::memory().unwrap();
+        assert_eq!(store.schema_version().unwrap(), latest());
+        assert_eq!(latest(), MIGRATIONS.len() as u32);
+    }
+
+    #[test]
+    fn opening_an_older_database_migrates_it_and_keeps_its_rows() {
+        let (_dir, path) = db_path();
+        {
+            let mut store = Store::open_with(&path, &[V1_INITIAL]).unwrap();
+            let resource =
+                proxops_core::resource::ResourceId::new(proxops_core::resource::Kind::Vm, "web-1");
+            store.upsert_owned("pve1", &resource, 100).unwrap();
+        }
+        let store = Store::open_with(&path, &[V1_INITIAL, V2_TEST]).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        let note: String = store
+            .conn
+            .query_row("SELECT note FROM inventory WHERE vmid = 100", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(note, "old");
+    }
+
+    #[test]
+    fn a_failing_migration_leaves_the_database_at_its_previous_version() {
+        let (_dir, path) = db_path();
+        drop(Store::open_with(&path, &[V1_INITIAL]).unwrap());
+        let broken = "ALTER TABLE inventory ADD COLUMN note TEXT; SELECT * FROM no_such_table;";
+        let error = Store::open_with(&path, &[V1_INITIAL, broken]).unwrap_err();
+        assert!(
+            matches!(error, StoreError::Migrate { version: 2, .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains(&path.display().to_string()));
+        let store = Store::open_with(&path, &[V1_INITIAL]).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 1);
+        let columns: i64 = store
+            .conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('inventory') WHERE name = 'note'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(columns, 0, "the half-applied script was rolled back");
+    }
+
+    #[test]
+    fn a_database_newer_than_the_binary_is_refused_with_a_clear_error() {
+        let (_dir, path) = db_path();
+        drop(Store::open(&path).unwrap());
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", latest() + 1)
+                .unwrap();
+        }
+        let error = Store::open(&path).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, StoreError::TooNew { .. }), "{error:?}");
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("newer than this binary"), "{message}");
+        assert!(matches!(
+            Store::open_read_only(&path).unwrap_err(),
+            StoreError::TooNew { .. }
+        ));
+    }
+
+    #[test]
+    fn a_read_only_open_refuses_a_database_that_needs_migrating() {
+        let (_dir, path) = db_path();
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("CREATE TABLE unrelated (x INTEGER);")
+                .unwrap();
+        }
+        let error = Store::open_read_only(&path).unwrap_err();
+        assert!(
+            matches!(error, StoreError::NeedsMigration { found: 0, .. }),
+            "{error:?}"
+        );
+    }
+}

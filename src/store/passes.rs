@@ -1,0 +1,661 @@
+//! Passes: one row per reconcile attempt on a node, with its revision, trigger, times,
+//! outcome and counts. This is where "what did this node last apply, and what did it last
+//! try?" is answered (STYLE.md H6: last attempted vs last applied revision).
+//!
+//! A pass is begun before anything is done and finished with its outcome; one left
+//! unfinished by a crash is marked interrupted by [`Store::recover_unfinished`] when the
+//! agent starts again. Nothing here decides an outcome.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::SystemTime;
+
+use proxops_core::diagnostic::Diagnostic;
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{ALL_NODES, Result, Store, from_millis, redact, to_millis};
+use crate::execute::ApplyReport;
+
+/// The id of a recorded pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PassId(pub i64);
+
+impl fmt::Display for PassId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pass {}", self.0)
+    }
+}
+
+/// What started a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The poll interval or cron schedule.
+    Poll,
+    /// A signed push webhook.
+    Webhook,
+    /// The pass the agent runs as soon as it starts.
+    Startup,
+    /// `proxops apply`.
+    Cli,
+    /// SIGHUP (configuration reloaded).
+    Signal,
+}
+
+impl Trigger {
+    /// The stored and displayed name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Poll => "poll",
+            Trigger::Webhook => "webhook",
+            Trigger::Startup => "startup",
+            Trigger::Cli => "cli",
+            Trigger::Signal => "signal",
+        }
+    }
+}
+
+impl FromStr for Trigger {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "poll" => Trigger::Poll,
+            "webhook" => Trigger::Webhook,
+            "startup" => Trigger::Startup,
+            "cli" => Trigger::Cli,
+            "signal" => Trigger::Signal,
+            _ => return Err(s.to_owned()),
+        })
+    }
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassOutcome {
+    /// Actions ran and all succeeded: PVE now matches the revision.
+    Applied,
+    /// PVE already matched the revision; nothing was written.
+    NoChange,
+    /// Fetching, observing or an action failed.
+    Failed,
+    /// The revision did not validate; nothing was applied (see its diagnostics).
+    Invalid,
+    /// The agent stopped (SIGTERM, crash) before the pass ended.
+    Interrupted,
+}
+
+impl PassOutcome {
+    /// The stored and displayed name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassOutcome::Applied => "applied",
+            PassOutcome::NoChange => "no-change",
+            PassOutcome::Failed => "failed",
+            PassOutcome::Invalid => "invalid",
+            PassOutcome::Interrupted => "interrupted",
+        }
+    }
+
+    /// Whether PVE matched the pass's revision when it ended.
+    pub fn is_applied(self) -> bool {
+        matches!(self, PassOutcome::Applied | PassOutcome::NoChange)
+    }
+}
+
+impl FromStr for PassOutcome {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "applied" => PassOutcome::Applied,
+            "no-change" => PassOutcome::NoChange,
+            "failed" => PassOutcome::Failed,
+            "invalid" => PassOutcome::Invalid,
+            "interrupted" => PassOutcome::Interrupted,
+            _ => return Err(s.to_owned()),
+        })
+    }
+}
+
+impl fmt::Display for PassOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a pass did, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassCounts {
+    /// Actions that succeeded.
+    pub actions_ok: u32,
+    /// Actions that failed.
+    pub actions_failed: u32,
+    /// Actions not attempted.
+    pub actions_skipped: u32,
+    /// Findings reported.
+    pub findings: u32,
+}
+
+impl PassCounts {
+    /// The counts of an executor report plus the plan's number of findings.
+    pub fn from_report(report: &ApplyReport, findings: usize) -> Self {
+        let (ok, failed, skipped) = report.counts();
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Self {
+            actions_ok: clamp(ok),
+            actions_failed: clamp(failed),
+            actions_skipped: clamp(skipped),
+            findings: clamp(findings),
+        }
+    }
+}
+
+/// One recorded pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassSummary {
+    /// Its id.
+    pub id: PassId,
+    /// The node it was for (`*` for a cluster-wide agent).
+    pub node: String,
+    /// The revision (git commit) it worked on, when one was fetched.
+    pub commit: Option<String>,
+    /// What started it.
+    pub trigger: Trigger,
+    /// When it started.
+    pub started_at: SystemTime,
+    /// When it ended; `None` while it runs.
+    pub ended_at: Option<SystemTime>,
+    /// How it ended; `None` while it runs.
+    pub outcome: Option<PassOutcome>,
+    /// What it did.
+    pub counts: PassCounts,
+}
+
+const PASS_COLUMNS: &str = "id, node, revision, trigger_kind, started_at, ended_at, outcome, \
+     actions_ok, actions_failed, actions_skipped, findings";
+
+/// A pass row as read, before its names are parsed.
+struct RawPass {
+    summary: PassSummary,
+    trigger: String,
+    outcome: Option<String>,
+}
+
+fn raw_pass(row: &Row<'_>) -> rusqlite::Result<RawPass> {
+    let count = |i| row.get::<_, u32>(i);
+    Ok(RawPass {
+        summary: PassSummary {
+            id: PassId(row.get(0)?),
+            node: row.get(1)?,
+            commit: row.get(2)?,
+            trigger: Trigger::Poll,
+            started_at: from_millis(row.get(4)?),
+            ended_at: row.get::<_, Option<i64>>(5)?.map(from_millis),
+            outcome: None,
+            counts: PassCounts {
+                actions_ok: count(7)?,
+                actions_failed: count(8)?,
+                actions_skipped: count(9)?,
+                findings: count(10)?,
+            },
+        },
+        trigger: row.get(3)?,
+        outcome: row.get(6)?,
+    })
+}
+
+impl Store {
+    /// Records the start of a pass and returns its id.
+    ///
+    /// # Errors
+    /// When the row cannot be written.
+    pub fn begin_pass(
+        &mut self,
+        node: &str,
+        commit: Option<&str>,
+        trigger: Trigger,
+        started_at: SystemTime,
+    ) -> Result<PassId> {
+        self.conn
+            .execute(
+                "INSERT INTO passes (node, revision, trigger_kind, started_at) \
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![node, commit, trigger.as_str(), to_millis(started_at)],
+            )
+            .map_err(self.query_error("recording the start of a pass"))?;
+        Ok(PassId(self.conn.last_insert_rowid()))
+    }
+
+    /// Records how a pass ended.
+    ///
+    /// # Errors
+    /// When the pass does not exist or already ended.
+    pub fn finish_pass(
+        &mut self,
+        id: PassId,
+        outcome: PassOutcome,
+        counts: PassCounts,
+        ended_at: SystemTime,
+    ) -> Result<()> {
+        let operation = "recording the end of a pass";
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE passes SET outcome = ?2, ended_at = ?3, actions_ok = ?4, \
+                 actions_failed = ?5, actions_skipped = ?6, findings = ?7 \
+                 WHERE id = ?1 AND outcome IS NULL",
+                params![
+                    id.0,
+                    outcome.as_str(),
+                    to_millis(ended_at),
+                    counts.actions_ok,
+                    counts.actions_failed,
+                    counts.actions_skipped,
+                    counts.findings
+                ],
+            )
+            .map_err(self.query_error(operation))?;
+        if changed == 1 {
+            return Ok(());
+        }
+        match self.pass(id)? {
+            Some(_) => Err(self.already_finished(operation, id.to_string())),
+            None => Err(self.not_found(operation, id.to_string())),
+        }
+    }
+
+    /// Keeps the diagnostics that made a revision invalid (as JSON), for `status`.
+    ///
+    /// # Errors
+    /// When the pass does not exist or the row cannot be written.
+    pub fn record_invalid(&mut self, id: PassId, diagnostics: &[Diagnostic]) -> Result<()> {
+        let operation = "recording the diagnostics of an invalid revision";
+        let json = serde_json::to_string(diagnostics).map_err(self.encode_error(operation))?;
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE passes SET diagnostics = ?2 WHERE id = ?1",
+                params![id.0, redact(&json)],
+            )
+            .map_err(self.query_error(operation))?;
+        if changed == 0 {
+            return Err(self.not_found(operation, id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The diagnostics recorded for an invalid pass, as the JSON array `Diagnostic`s
+    /// serialise to; `None` when none were recorded.
+    ///
+    /// # Errors
+    /// When the pass does not exist or its stored JSON is unreadable.
+    pub fn pass_diagnostics(&self, id: PassId) -> Result<Option<serde_json::Value>> {
+        let operation = "reading the diagnostics of a pass";
+        let stored: Option<Option<String>> = self
+            .conn
+            .query_row(
+                "SELECT diagnostics FROM passes WHERE id = ?1",
+                [id.0],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(self.query_error(operation))?;
+        let Some(stored) = stored else {
+            return Err(self.not_found(operation, id.to_string()));
+        };
+        stored
+            .map(|json| serde_json::from_str(&json).map_err(|_| self.corrupt(operation, json)))
+            .transpose()
+    }
+
+    /// One pass by id.
+    ///
+    /// # Errors
+    /// When the query fails or the row holds values this binary does not write.
+    pub fn pass(&self, id: PassId) -> Result<Option<PassSummary>> {
+        let sql = format!("SELECT {PASS_COLUMNS} FROM passes WHERE id = ?1");
+        Ok(self
+            .query_passes("reading a pass", &sql, params![id.0])?
+            .pop())
+    }
+
+    /// The latest pass on `node` after which PVE matched its revision (outcome `applied` or
+    /// `no-change`): the node's last applied revision. Invalid, failed and interrupted
+    /// passes never replace it.
+    ///
+    /// # Errors
+    /// When the query fails.
+    pub fn last_applied(&self, node: &str) -> Result<Option<PassSummary>> {
+        let sql = format!(
+            "SELECT {PASS_COLUMNS} FROM passes WHERE node IN (?1, ?2) \
+             AND outcome IN ('applied', 'no-change') ORDER BY id DESC LIMIT 1"
+        );
+        Ok(self
+            .query_passes(
+                "reading the last applied pass",
+                &sql,
+                params![node, ALL_NODES],
+            )?
+            .pop())
+    }
+
+    /// The latest pass on `node`, whatever its outcome, including one still running: the
+    /// node's last attempted revision.
+    ///
+    /// # Errors
+    /// When the query fails.
+    pub fn last_attempted(&self, node: &str) -> Result<Option<PassSummary>> {
+        let sql = format!(
+            "SELECT {PASS_COLUMNS} FROM passes WHERE node IN (?1, ?2) ORDER BY id DESC LIMIT 1"
+        );
+        Ok(self
+            .query_passes(
+                "reading the last attempted pass",
+                &sql,
+                params![node, ALL_NODES],
+            )?
+            .pop())
+    }
+
+    /// The latest `limit` passes, newest first, on `node` or on every node.
+    ///
+    /// # Errors
+    /// When the query fails.
+    pub fn recent_passes(&self, node: Option<&str>, limit: usize) -> Result<Vec<PassSummary>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let operation = "listing recent passes";
+        match node.filter(|n| *n != ALL_NODES) {
+            Some(node) => {
+                let sql = format!(
+                    "SELECT {PASS_COLUMNS} FROM passes WHERE node IN (?1, ?2) \
+                     ORDER BY id DESC LIMIT ?3"
+                );
+                self.query_passes(operation, &sql, params![node, ALL_NODES, limit])
+            }
+            None => {
+                let sql = format!("SELECT {PASS_COLUMNS} FROM passes ORDER BY id DESC LIMIT ?1");
+                self.query_passes(operation, &sql, params![limit])
+            }
+        }
+    }
+
+    /// Marks every pass left unfinished (the agent crashed or was killed) as interrupted at
+    /// `now`, and gives their actions that never reached PVE's task stage a failed result.
+    /// Actions with a recorded UPID are left open: [`Store::running_tasks`] lists them so
+    /// the agent re-attaches instead of re-issuing them. Returns the passes recovered.
+    ///
+    /// # Errors
+    /// When the rows cannot be written.
+    pub fn recover_unfinished(&mut self, now: SystemTime) -> Result<Vec<PassId>> {
+        let operation = "marking unfinished passes as interrupted";
+        let query_error = self.query_error(operation);
+        let tx = self.conn.transaction().map_err(&query_error)?;
+        let ids = {
+            let mut statement = tx
+                .prepare("SELECT id FROM passes WHERE outcome IS NULL ORDER BY id")
+                .map_err(&query_error)?;
+            statement
+                .query_map([], |row| row.get::<_, i64>(0))
+                .map_err(&query_error)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(&query_error)?
+        };
+        let now = to_millis(now);
+        for id in &ids {
+            tx.execute(
+                "UPDATE passes SET outcome = 'interrupted', ended_at = ?2 WHERE id = ?1",
+                params![id, now],
+            )
+            .map_err(&query_error)?;
+            // Sent or about to be sent when the agent stopped: whether PVE received it is
+            // unknown, and the next pass observes PVE afresh anyway.
+            tx.execute(
+                "UPDATE actions SET result = 'failed', ended_at = ?2, \
+                 error = 'the agent stopped before PVE answered' \
+                 WHERE pass_id = ?1 AND result IS NULL AND upid IS NULL",
+                params![id, now],
+            )
+            .map_err(&query_error)?;
+        }
+        tx.commit().map_err(&query_error)?;
+        Ok(ids.into_iter().map(PassId).collect())
+    }
+
+    fn query_passes(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<PassSummary>> {
+        let query_error = self.query_error(operation);
+        let mut statement = self.conn.prepare_cached(sql).map_err(&query_error)?;
+        let raws = statement
+            .query_map(params, raw_pass)
+            .map_err(&query_error)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(&query_error)?;
+        raws.into_iter()
+            .map(|raw| {
+                let mut summary = raw.summary;
+                summary.trigger = raw
+                    .trigger
+                    .parse()
+                    .map_err(|value: String| self.corrupt(operation, value))?;
+                summary.outcome = raw
+                    .outcome
+                    .map(|o| {
+                        o.parse()
+                            .map_err(|value: String| self.corrupt(operation, value))
+                    })
+                    .transpose()?;
+                Ok(summary)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use proxops_core::diagnostic::Diagnostic;
+
+    use super::*;
+    use crate::store::StoreError;
+
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)
+    }
+
+    fn pass(store: &mut Store, node: &str, commit: &str, outcome: PassOutcome, t: u64) -> PassId {
+        let id = store
+            .begin_pass(node, Some(commit), Trigger::Poll, at(t))
+            .unwrap();
+        store
+            .finish_pass(id, outcome, PassCounts::default(), at(t + 1))
+            .unwrap();
+        id
+    }
+
+    fn commit_of(summary: Option<PassSummary>) -> Option<String> {
+        summary.and_then(|s| s.commit)
+    }
+
+    #[test]
+    fn last_applied_and_last_attempted_are_answerable_per_node_after_mixed_outcomes() {
+        let mut store = Store::memory().unwrap();
+        pass(&mut store, "pve1", "aaa", PassOutcome::Applied, 0);
+        pass(&mut store, "pve2", "aaa", PassOutcome::Failed, 1);
+        pass(&mut store, "pve1", "bbb", PassOutcome::NoChange, 2);
+        pass(&mut store, "pve1", "ccc", PassOutcome::Failed, 3);
+        pass(&mut store, "pve2", "ccc", PassOutcome::Applied, 4);
+        pass(&mut store, "pve1", "ddd", PassOutcome::Interrupted, 5);
+
+        assert_eq!(
+            commit_of(store.last_applied("pve1").unwrap()).as_deref(),
+            Some("bbb")
+        );
+        assert_eq!(
+            commit_of(store.last_attempted("pve1").unwrap()).as_deref(),
+            Some("ddd")
+        );
+        assert_eq!(
+            commit_of(store.last_applied("pve2").unwrap()).as_deref(),
+            Some("ccc")
+        );
+        assert_eq!(
+            commit_of(store.last_attempted("pve2").unwrap()).as_deref(),
+            Some("ccc")
+        );
+        assert_eq!(store.last_applied("pve3").unwrap(), None);
+        assert_eq!(store.last_attempted("pve3").unwrap(), None);
+
+        let attempted = store.last_attempted("pve1").unwrap().unwrap();
+        assert_eq!(attempted.outcome, Some(PassOutcome::Interrupted));
+        assert_eq!(attempted.started_at, at(5));
+        assert_eq!(attempted.ended_at, Some(at(6)));
+    }
+
+    #[test]
+    fn an_invalid_pass_keeps_the_previous_applied_revision_as_last_applied() {
+        let mut store = Store::memory().unwrap();
+        pass(&mut store, "pve1", "good", PassOutcome::Applied, 0);
+        let bad = store
+            .begin_pass("pve1", Some("bad"), Trigger::Webhook, at(10))
+            .unwrap();
+        let diagnostics = [
+            Diagnostic::error("vm/base/web.yaml", 3, 5, "spec.memory", "required")
+                .with_help("add `memory: 2GiB`"),
+        ];
+        store.record_invalid(bad, &diagnostics).unwrap();
+        store
+            .finish_pass(bad, PassOutcome::Invalid, PassCounts::default(), at(11))
+            .unwrap();
+
+        assert_eq!(
+            commit_of(store.last_applied("pve1").unwrap()).as_deref(),
+            Some("good")
+        );
+        let attempted = store.last_attempted("pve1").unwrap().unwrap();
+        assert_eq!(attempted.commit.as_deref(), Some("bad"));
+        assert_eq!(attempted.outcome, Some(PassOutcome::Invalid));
+        assert_eq!(attempted.trigger, Trigger::Webhook);
+        let kept = store.pass_diagnostics(bad).unwrap().unwrap();
+        assert_eq!(kept[0]["path"], "vm/base/web.yaml");
+        assert_eq!(kept[0]["line"], 3);
+        assert_eq!(kept[0]["help"], "add `memory: 2GiB`");
+    }
+
+    #[test]
+    fn a_running_pass_is_the_last_attempted_but_not_the_last_applied() {
+        let mut store = Store::memory().unwrap();
+        pass(&mut store, "pve1", "aaa", PassOutcome::Applied, 0);
+        store
+            .begin_pass("pve1", Some("bbb"), Trigger::Poll, at(5))
+            .unwrap();
+        let attempted = store.last_attempted("pve1").unwrap().unwrap();
+        assert_eq!(
+            (attempted.commit.as_deref(), attempted.outcome),
+            (Some("bbb"), None)
+        );
+        assert_eq!(
+            commit_of(store.last_applied("pve1").unwrap()).as_deref(),
+            Some("aaa")
+        );
+    }
+
+    #[test]
+    fn passes_of_a_cluster_wide_agent_count_for_every_node() {
+        let mut store = Store::memory().unwrap();
+        pass(&mut store, ALL_NODES, "aaa", PassOutcome::Applied, 0);
+        assert_eq!(
+            commit_of(store.last_applied("pve7").unwrap()).as_deref(),
+            Some("aaa")
+        );
+        assert_eq!(store.recent_passes(Some("pve7"), 10).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn recent_passes_are_newest_first_filtered_by_node_and_limited() {
+        let mut store = Store::memory().unwrap();
+        for t in 0..5 {
+            pass(
+                &mut store,
+                "pve1",
+                &format!("c{t}"),
+                PassOutcome::NoChange,
+                t * 10,
+            );
+            pass(
+                &mut store,
+                "pve2",
+                &format!("c{t}"),
+                PassOutcome::NoChange,
+                t * 10 + 1,
+            );
+        }
+        let pve1: Vec<_> = store.recent_passes(Some("pve1"), 3).unwrap();
+        let commits: Vec<_> = pve1.iter().filter_map(|p| p.commit.as_deref()).collect();
+        assert_eq!(commits, ["c4", "c3", "c2"]);
+        assert!(pve1.iter().all(|p| p.node == "pve1"));
+        assert_eq!(store.recent_passes(None, 100).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn finishing_a_pass_records_its_counts_once() {
+        let mut store = Store::memory().unwrap();
+        let id = store
+            .begin_pass("pve1", None, Trigger::Startup, at(0))
+            .unwrap();
+        let counts = PassCounts {
+            actions_ok: 3,
+            actions_failed: 1,
+            actions_skipped: 2,
+            findings: 4,
+        };
+        store
+            .finish_pass(id, PassOutcome::Failed, counts, at(1))
+            .unwrap();
+        let summary = store.pass(id).unwrap().unwrap();
+        assert_eq!(summary.counts, counts);
+        assert_eq!(summary.commit, None);
+        let again = store
+            .finish_pass(id, PassOutcome::Applied, counts, at(2))
+            .unwrap_err();
+        assert!(
+            matches!(again, StoreError::AlreadyFinished { .. }),
+            "{again:?}"
+        );
+        let missing = store.finish_pass(PassId(99), PassOutcome::Applied, counts, at(2));
+        assert!(matches!(missing, Err(StoreError::NotFound { .. })));
+    }
+
+    #[test]
+    fn unfinished_passes_become_interrupted_at_startup() {
+        let mut store = Store::memory().unwrap();
+        let done = pass(&mut store, "pve1", "aaa", PassOutcome::Applied, 0);
+        let crashed = store
+            .begin_pass("pve1", Some("bbb"), Trigger::Poll, at(10))
+            .unwrap();
+        let recovered = store.recover_unfinished(at(100)).unwrap();
+        assert_eq!(recovered, [crashed]);
+        let summary = store.pass(crashed).unwrap().unwrap();
+        assert_eq!(summary.outcome, Some(PassOutcome::Interrupted));
+        assert_eq!(summary.ended_at, Some(at(100)));
+        assert_eq!(
+            store.pass(done).unwrap().unwrap().outcome,
+            Some(PassOutcome::Applied)
+        );
+        assert!(store.recover_unfinished(at(200)).unwrap().is_empty());
+        assert_eq!(
+            commit_of(store.last_applied("pve1").unwrap()).as_deref(),
+            Some("aaa")
+        );
+    }
+}
