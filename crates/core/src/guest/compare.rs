@@ -220,9 +220,9 @@ fn holds_volume(raw: &str) -> bool {
         || file.contains(":iso/"))
 }
 
-/// Keys PVE applies only to a stopped guest, per the Go program's stop-required markers,
-/// except LXC `onboot`, `protection` and `startup`, which PVE always applies at once (the Go
-/// program flags them too).
+/// Keys PVE applies only to a stopped guest: the Go program's stop-required markers, plus
+/// the qemu slots PVE cannot hotplug (ide, sata, nvme, `efidisk0`), minus LXC `onboot`,
+/// `protection` and `startup`, which PVE always applies at once.
 fn is_stop_key(guest_type: GuestType, key: &str) -> bool {
     match guest_type {
         GuestType::Qemu => {
@@ -238,8 +238,11 @@ fn is_stop_key(guest_type: GuestType, key: &str) -> bool {
                     | "serial0"
                     | "scsihw"
                     | "tpmstate0"
+                    | "efidisk0"
             ) || numbered(key, "net")
                 || numbered(key, "hostpci")
+                // PVE hotplugs only scsi and virtio disks.
+                || (is_disk_key(key) && !key.starts_with("scsi") && !key.starts_with("virtio"))
         }
         GuestType::Lxc => {
             matches!(
@@ -286,17 +289,28 @@ fn written_value(rule: &Rule, desired: &str, observed: Option<&str>) -> String {
     let Some(observed) = observed.filter(|o| !o.trim().is_empty()) else {
         return desired.to_owned();
     };
+    let merge = |bare_key: Option<&str>| {
+        let mut merged = PropertyString::parse(observed, bare_key);
+        let declared = PropertyString::parse(desired, bare_key);
+        for (k, v) in declared.items() {
+            merged.set(k, v);
+        }
+        // An address and its gateway go together: a declared address owns the gateway.
+        for (ip, gw) in [("ip", "gw"), ("ip6", "gw6")] {
+            if declared.get(ip).is_some() && declared.get(gw).is_none() {
+                merged.remove(gw);
+            }
+        }
+        merged.to_value(bare_key)
+    };
     match rule {
         Rule::Props {
             bare_key,
             ignore_extra: true,
-        } => {
-            let mut merged = PropertyString::parse(observed, *bare_key);
-            for (k, v) in PropertyString::parse(desired, *bare_key).items() {
-                merged.set(k, v);
-            }
-            merged.to_value(*bare_key)
-        }
+        } => merge(*bare_key),
+        Rule::Machine => merge(Some("type")),
+        // `agent: 0,type=virtio` keeps its type when switched on.
+        Rule::Bool { .. } => merge(Some("enabled")),
         Rule::QemuNet => {
             let (model, d_mac, d_rest) = split_qemu_net(desired);
             let (_, o_mac, mut merged) = split_qemu_net(observed);
@@ -984,6 +998,62 @@ mod tests {
             set(&[("net1", "virtio=BC:24:11:AA:BB:CC,bridge=vmbr1")])
         );
         assert!(diff.needs_stop, "NIC changes are stop-required");
+    }
+
+    #[test]
+    fn a_switched_option_keeps_its_other_parts_and_a_new_address_drops_the_old_gateway() {
+        let r = vm("  options: {agent: true}\n");
+        let mut l = vec![
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+        ];
+        l.push(("agent", "0,type=isa"));
+        assert_eq!(compare_qemu(&r, &l).set, set(&[("agent", "1,type=isa")]));
+
+        let yaml = FULL_LXC.replace(
+            "ip: 10.0.0.20/24, gw: 10.0.0.1, slot: net0",
+            "ip: dhcp, slot: net0",
+        );
+        let r = rendered(&yaml, &artifacts());
+        let live = LiveConfig::from_pairs(
+            GuestType::Lxc,
+            [(
+                "net0",
+                "name=eth0,bridge=vmbr0,firewall=1,gw=10.0.0.1,hwaddr=BC:24:11:00:00:02,\
+                 ip=10.0.0.20/24,rate=50,tag=20,type=veth",
+            )],
+        );
+        let diff = compare(&r, &live, &CompareContext::default());
+        assert_eq!(
+            diff.set["net0"],
+            "name=eth0,bridge=vmbr0,firewall=1,hwaddr=BC:24:11:00:00:02,ip=dhcp,rate=50,tag=20,\
+             type=veth"
+        );
+    }
+
+    #[test]
+    fn a_cloud_init_drive_added_to_a_running_vm_needs_a_stop_but_a_scsi_disk_does_not() {
+        let r =
+            vm("  disks: [{storage: local-lvm, size: 8GiB}, {storage: local-lvm, size: 4GiB}]\n");
+        let l = [
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("tags", "proxops"),
+        ];
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(diff.set, set(&[("scsi1", "local-lvm:4")]));
+        assert!(!diff.needs_stop);
+        let r = vm("  hardware: {cloud-init: {enabled: true, storage: local-lvm}}\n");
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(diff.set, set(&[("ide2", "local-lvm:cloudinit")]));
+        assert!(diff.needs_stop);
     }
 
     #[test]
