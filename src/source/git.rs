@@ -16,6 +16,9 @@
 //! side of a local transfer sees the user's git config, `ssh` reads `~/.ssh/config` and
 //! `known_hosts`). That is the server side of the transfer, as it would be on any forge.
 //!
+//! One user: `open` clears lock files a killed predecessor left in the mirror, so only one
+//! `GitSource` per state directory may exist at a time (one agent per state directory).
+//!
 //! Blocking: `fetch` blocks; the agent runs it in `spawn_blocking` with an interrupt flag that
 //! the shutdown token sets.
 
@@ -100,6 +103,15 @@ pub enum SourceError {
         #[source]
         source: gix::Error,
     },
+    /// A lock file a killed predecessor left in the mirror could not be removed.
+    #[error("removing the stale lock file {}", .path.display())]
+    StaleLock {
+        /// The lock file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// Talking to the remote failed (unreachable, refused, authentication, protocol).
     #[error("fetching origin/{branch} of {url}")]
     Fetch {
@@ -180,7 +192,9 @@ impl SourceError {
                         | gix::error::Class::Unsupported
                 )
             ),
-            SourceError::CreateDir { .. } | SourceError::Mirror { .. } => true,
+            SourceError::CreateDir { .. }
+            | SourceError::Mirror { .. }
+            | SourceError::StaleLock { .. } => true,
             _ => false,
         }
     }
@@ -266,6 +280,7 @@ impl GitSource {
             path: mirror.clone(),
             source,
         })?;
+        remove_stale_locks(&mirror)?;
 
         Ok(GitSource {
             url,
@@ -280,6 +295,16 @@ impl GitSource {
             accept_invalid_certs: false,
             last_good: Mutex::new(None),
         })
+    }
+
+    /// The remote URL without userinfo, as errors and logs name it.
+    pub fn remote(&self) -> &str {
+        &self.display_url
+    }
+
+    /// The branch followed.
+    pub fn branch(&self) -> &str {
+        &self.branch
     }
 
     /// The bare mirror's directory.
@@ -467,6 +492,39 @@ impl GitSource {
     }
 }
 
+/// Removes the `*.lock` files of refs and other mirror files. A fetch killed mid-way (kill -9,
+/// power loss) leaves them behind and every later ref update would fail on them. Only one
+/// agent uses a state directory, and this runs before its first fetch, so no live fetch holds
+/// them.
+fn remove_stale_locks(mirror: &Path) -> Result<(), SourceError> {
+    let mut locks: Vec<PathBuf> = [
+        "HEAD.lock",
+        "config.lock",
+        "packed-refs.lock",
+        "shallow.lock",
+    ]
+    .iter()
+    .map(|name| mirror.join(name))
+    .filter(|path| path.is_file())
+    .collect();
+    locks.extend(
+        walkdir::WalkDir::new(mirror.join("refs"))
+            .follow_links(false)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|entry| {
+                entry.file_type().is_file()
+                    && entry.file_name().to_string_lossy().ends_with(".lock")
+            })
+            .map(walkdir::DirEntry::into_path),
+    );
+    for path in locks {
+        tracing::warn!(path = %path.display(), "removing a stale git lock file");
+        std::fs::remove_file(&path).map_err(|source| SourceError::StaleLock { path, source })?;
+    }
+    Ok(())
+}
+
 fn tracking_ref(branch: &str) -> String {
     format!("refs/remotes/{REMOTE_NAME}/{branch}")
 }
@@ -635,6 +693,25 @@ mod tests {
 
         assert_eq!(keys(&revision), ["iso.yml", "vm/web.yaml"]);
         assert_eq!(revision.files["vm/web.yaml"], "web\n");
+    }
+
+    #[test]
+    fn lock_files_left_by_a_killed_agent_do_not_block_the_next_fetch() {
+        let repo = TestRepo::new();
+        repo.commit_files(&[("a.yaml", "a: 1\n")], "first");
+        let state = tempfile::tempdir().unwrap();
+        let source = open(&repo.url(), state.path());
+        fetch(&source).unwrap();
+        let mirror = source.mirror_path().to_path_buf();
+        std::fs::write(mirror.join("refs/remotes/origin/main.lock"), "").unwrap();
+        std::fs::write(mirror.join("packed-refs.lock"), "").unwrap();
+        let second = repo.commit_files(&[("a.yaml", "a: 2\n")], "second");
+
+        let restarted = open(&repo.url(), state.path());
+        let revision = fetch(&restarted).unwrap();
+
+        assert_eq!(revision.commit, second);
+        assert!(!mirror.join("refs/remotes/origin/main.lock").exists());
     }
 
     #[test]
@@ -922,6 +999,21 @@ mod tests {
             "source url https://git.example.org/ops.git carries a password; put the token in token_file instead"
         );
         assert!(!format!("{err:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn the_remote_is_named_without_userinfo() {
+        let state = tempfile::tempdir().unwrap();
+        let mut settings = config("https://glpat-AsUserName@git.example.org/ops.git");
+        settings.token = Some(SecretString::from("glpat-FromTheFile"));
+        let source = GitSource::open(&settings, state.path()).unwrap();
+
+        assert_eq!(source.remote(), "https://git.example.org/ops.git");
+        assert_eq!(source.branch(), "main");
+        let debug = format!("{source:?}");
+        assert!(!debug.contains("glpat"), "{debug}");
+        let mirror = source.mirror_path().to_string_lossy().into_owned();
+        assert!(!mirror.contains("glpat"), "{mirror}");
     }
 
     /// Captures everything gix and we trace, at every level.
