@@ -59,45 +59,90 @@ impl Update {
                 .filter(|(k, _)| !CONTROL_KEYS.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-        let delete = split_list(p.get("delete"));
+        let mut delete = split_list(p.get("delete"));
         let revert = split_list(p.get("revert"));
+        let skiplock = p.flag("skiplock").unwrap_or(false);
+        if skiplock && !ctx.is_root_pam() {
+            return Err(ApiError::param(
+                "skiplock",
+                "Only root may use this option.",
+            ));
+        }
         if set.is_empty() && delete.is_empty() && revert.is_empty() {
             return Err(ApiError::die("no options specified"));
         }
-        for k in &delete {
-            if !is_known_option(kind, k) {
-                return Err(ApiError::param("delete", format!("unknown option '{k}'")));
-            }
-            if set.contains_key(k) {
-                return Err(ApiError::param(
-                    "delete",
-                    format!("you can't use '-{k}' and '-delete {k}' at the same time"),
-                ));
+        if kind == Kind::Qemu {
+            for k in &mut delete {
+                if k == "cdrom" {
+                    *k = "ide2".to_string();
+                }
             }
         }
-        for k in &revert {
-            if set.contains_key(k) {
-                return Err(ApiError::param(
-                    "revert",
-                    format!("you can't use '-{k}' and '-revert {k}' at the same time"),
-                ));
-            }
-            if delete.contains(k) {
-                return Err(ApiError::param(
-                    "revert",
-                    format!("you can't use '-delete {k}' and '-revert {k}' at the same time"),
-                ));
-            }
-        }
+        check_conflicts(kind, &set, &delete, &revert)?;
         Ok(Self {
             set,
             delete,
             revert,
             digest: p.get("digest").map(str::to_string),
-            skiplock: p.flag("skiplock").unwrap_or(false),
+            skiplock,
             force: p.flag("force").unwrap_or(false),
         })
     }
+}
+
+/// The checks of `delete=` and `revert=` lists, in the order and with the (slightly uneven)
+/// wording of qemu-server's `update_vm_api` and pve-container's `update_vm`.
+fn check_conflicts(
+    kind: Kind,
+    set: &BTreeMap<String, String>,
+    delete: &[String],
+    revert: &[String],
+) -> ApiResult<()> {
+    let unknown = |key: &str, k: &str| ApiError::param(key, format!("unknown option '{k}'"));
+    for k in revert {
+        if !is_known_option(kind, k) {
+            return Err(unknown("revert", k));
+        }
+        if set.contains_key(k) {
+            return Err(match kind {
+                Kind::Qemu => ApiError::param(
+                    "delete",
+                    format!("you can't use '-{k}' and -revert {k}' at the same time"),
+                ),
+                Kind::Lxc => ApiError::param(
+                    "revert",
+                    format!("you can't use '-{k}' and '-revert {k}' at the same time"),
+                ),
+            });
+        }
+    }
+    for k in delete {
+        if kind == Kind::Lxc && !is_known_option(kind, k) {
+            return Err(unknown("delete", k));
+        }
+        if set.contains_key(k) {
+            return Err(ApiError::param(
+                "delete",
+                format!("you can't use '-{k}' and -delete {k}' at the same time"),
+            ));
+        }
+        if revert.contains(k) {
+            return Err(match kind {
+                Kind::Qemu => ApiError::param(
+                    "revert",
+                    format!("you can't use '-delete {k}' and -revert {k}' at the same time"),
+                ),
+                Kind::Lxc => ApiError::param(
+                    "delete",
+                    format!("you can't use '-delete {k}' and '-revert {k}' at the same time"),
+                ),
+            });
+        }
+        if kind == Kind::Qemu && !is_known_option(kind, k) {
+            return Err(unknown("delete", k));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `key` is a config option of the guest type (`option_exists`): asks the vendored

@@ -55,6 +55,18 @@ impl Power {
     }
 }
 
+/// `skiplock=1`, which only `root@pam` may pass.
+fn skiplock(ctx: &Ctx) -> ApiResult<bool> {
+    let skiplock = ctx.params.flag("skiplock").unwrap_or(false);
+    if skiplock && !ctx.is_root_pam() {
+        return Err(ApiError::param(
+            "skiplock",
+            "Only root may use this option.",
+        ));
+    }
+    Ok(skiplock)
+}
+
 fn ids(ctx: &Ctx) -> ApiResult<(String, u32)> {
     Ok((ctx.node().to_string(), ctx.params.vmid("vmid")?))
 }
@@ -257,7 +269,7 @@ pub(super) async fn power(ctx: &Ctx, kind: Kind, action: Power) -> ApiResult {
     }
     let mut cluster = ctx.shared.cluster();
     let g = cluster.guest(&node, vmid, kind)?.clone();
-    let skiplock = ctx.params.flag("skiplock").unwrap_or(false);
+    let skiplock = skiplock(ctx)?;
     if !skiplock && action != Power::Stop {
         g.check_lock().map_err(ApiError::die)?;
     }
@@ -334,7 +346,7 @@ pub(super) async fn delete(ctx: &Ctx, kind: Kind) -> ApiResult {
     let mut cluster = ctx.shared.cluster();
     let g = cluster.guest(&node, vmid, kind)?.clone();
     let noun = kind.noun();
-    if !ctx.params.flag("skiplock").unwrap_or(false) {
+    if !skiplock(ctx)? {
         g.check_lock().map_err(ApiError::die)?;
     }
     if g.config.get("protection").is_some_and(|v| v == "1") {

@@ -155,9 +155,10 @@ async fn setting_and_deleting_one_key_in_the_same_request_is_a_400() {
         )
         .await;
     assert_eq!(r.status, 400);
+    // qemu-server's wording, one quote short (LIVE-FACTS quotes it with both).
     assert_eq!(
         r.error("delete"),
-        "you can't use '-ciuser' and '-delete ciuser' at the same time"
+        "you can't use '-ciuser' and -delete ciuser' at the same time"
     );
 }
 
@@ -761,4 +762,18 @@ async fn a_forced_delete_frees_the_disk_instead_of_keeping_it_unused() {
     assert!(cfg.get("unused0").is_none(), "{cfg}");
     let content = s.get("/nodes/pve1/storage/local-lvm/content").await;
     assert_eq!(content.data().as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn skiplock_is_for_root_only() {
+    let s = sim().await;
+    s.create_vm("100", &[]).await;
+    let r = s
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[("cores", "2"), ("skiplock", "1")],
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error("skiplock"), "Only root may use this option.");
 }
