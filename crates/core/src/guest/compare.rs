@@ -601,9 +601,10 @@ mod tests {
 
     use super::*;
     use crate::guest::render::{Artifacts, render};
-    use crate::guest::testing::{artifacts, as_pve_would_store, doc, manifest, rendered};
+    use crate::guest::testing::{
+        FULL_LXC, FULL_VM, artifacts, as_pve_would_store, doc, manifest, rendered,
+    };
     use crate::manifest::ByteSize;
-    use crate::manifest::testing::{FULL_LXC, FULL_VM};
     use crate::resource::{Kind, ResourceId};
 
     fn reference() -> RenderedConfig {

@@ -836,8 +836,7 @@ pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::guest::testing::{artifacts, doc, manifest, rendered};
-    use crate::manifest::testing::{FULL_LXC, FULL_VM};
+    use crate::guest::testing::{FULL_LXC, FULL_VM, artifacts, doc, manifest, rendered};
 
     /// The reference end-to-end case of issue 5: a DiskImage and a cloud-init VM.
     pub(crate) fn reference_docs() -> Vec<String> {
