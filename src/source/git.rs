@@ -599,6 +599,14 @@ mod tests {
     }
 
     #[test]
+    fn a_source_can_be_shared_with_blocking_tasks() {
+        fn shareable<T: Send + Sync + 'static>() {}
+        shareable::<GitSource>();
+        shareable::<Revision>();
+        shareable::<SourceError>();
+    }
+
+    #[test]
     fn first_fetch_clones_bare_and_reads_the_tree_of_the_branch() {
         let repo = TestRepo::new();
         let commit = repo.commit_files(
