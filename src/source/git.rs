@@ -353,11 +353,11 @@ impl GitSource {
         if interrupt.load(Ordering::Relaxed) {
             return Err(self.interrupted());
         }
-        let mut repo = self.open_mirror()?;
+        let repo = self.open_mirror()?;
         let tracking = tracking_ref(&self.branch);
         let previous = self.tracking_tip(&repo, &tracking)?;
 
-        match self.receive(&mut repo, interrupt) {
+        match self.receive(&repo, interrupt) {
             Ok(()) => {}
             Err(_) if interrupt.load(Ordering::Relaxed) => return Err(self.interrupted()),
             Err(err) => return Err(err),
@@ -423,11 +423,7 @@ impl GitSource {
     }
 
     /// One fetch of `+refs/heads/<branch>:refs/remotes/origin/<branch>`.
-    fn receive(
-        &self,
-        repo: &mut gix::Repository,
-        interrupt: &AtomicBool,
-    ) -> Result<(), SourceError> {
+    fn receive(&self, repo: &gix::Repository, interrupt: &AtomicBool) -> Result<(), SourceError> {
         let fetch_error = |source| SourceError::Fetch {
             url: self.display_url.clone(),
             branch: self.branch.clone(),
