@@ -286,8 +286,17 @@ fn apply(cluster: &mut Cluster, vmid: u32, u: &Update) -> Result<(), String> {
         return Err(format!("guest {vmid} vanished"));
     };
     let (kind, node) = (g.kind, g.node.clone());
-    let mut values = Vec::new();
+    let (config, pending) = (g.config.clone(), g.pending.clone());
+    let mut values: Vec<(String, String)> = Vec::new();
     for (k, v) in disks::allocation_order(kind, &u.set) {
+        if kind == Kind::Qemu {
+            let others = values.iter().map(|(k, v)| (k, v));
+            disks::check_single_cloudinit(
+                &k,
+                &v,
+                config.iter().chain(pending.iter()).chain(others),
+            )?;
+        }
         let value = normalise_value(cluster, kind, &node, vmid, &k, &v)?;
         values.push((k, value));
     }

@@ -106,6 +106,22 @@ pub(super) fn alloc_qemu_drive(
         return Ok(p.print(Some("file"), true));
     }
     let Some((sid, gib)) = parse_allocation(&file) else {
+        // An existing volume: it must exist and hold images or an ISO; its size is
+        // re-read (create_disks sets `size` even for ISO images).
+        if file != "none" && file != "cdrom" && !file.starts_with('/') {
+            let (_, volname) = storage::split_volid(&file)
+                .ok_or_else(|| format!("unable to parse volume ID '{file}'"))?;
+            let content = storage::parse_volname(volname)?.content;
+            if content != "images" && content != "iso" {
+                return Err(format!(
+                    "cannot use volume {file} - content type needs to be 'images' or 'iso'"
+                ));
+            }
+            let vol = cluster
+                .volume(node, &file)
+                .ok_or_else(|| format!("volume {file} does not exist"))?;
+            p.set("size", &format_size(vol.size));
+        }
         return Ok(p.print(Some("file"), true));
     };
     let sid = sid.to_string();
@@ -138,6 +154,30 @@ pub(super) fn alloc_qemu_drive(
     p.set("file", &volid);
     p.set("size", &format_size(size));
     Ok(p.print(Some("file"), true))
+}
+
+/// `<ds> - cloud-init drive is already attached at '<key>'`: one cloud-init drive per VM.
+pub(super) fn check_single_cloudinit<'a>(
+    ds: &str,
+    value: &str,
+    others: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Result<(), String> {
+    let is_cloudinit = |v: &str| {
+        PropertyString::parse(v, Some("file"))
+            .get("file")
+            .is_some_and(|f| f.ends_with(":cloudinit") || f.contains("-cloudinit"))
+    };
+    if !is_cloudinit(value) {
+        return Ok(());
+    }
+    for (k, v) in others {
+        if k != ds && guest::is_qemu_disk_key(k) && is_cloudinit(v) {
+            return Err(format!(
+                "{ds} - cloud-init drive is already attached at '{k}'"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Synchronous checks of an lxc `rootfs`/`mpN` value: bind mounts need `root@pam` and

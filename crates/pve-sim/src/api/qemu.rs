@@ -143,7 +143,9 @@ fn build_vm(
     let mut config = BTreeMap::new();
     let mut allocated = Vec::new();
     for (k, v) in disks::allocation_order(Kind::Qemu, params) {
-        match normalise_value(c, Kind::Qemu, node, vmid, &k, &v) {
+        let value = disks::check_single_cloudinit(&k, &v, config.iter())
+            .and_then(|()| normalise_value(c, Kind::Qemu, node, vmid, &k, &v));
+        match value {
             Ok(value) => {
                 if guest::is_qemu_disk_key(&k) && disks::is_create_form(&v) {
                     allocated.extend(disks::volid_of(&value));

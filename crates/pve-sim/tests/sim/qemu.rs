@@ -689,18 +689,51 @@ async fn a_running_task_can_be_stopped() {
 }
 
 #[tokio::test]
-async fn starting_with_a_missing_iso_fails_in_the_task() {
+async fn creating_with_a_missing_iso_fails_in_the_task() {
     let s = sim().await;
-    s.create_vm("100", &[("ide2", "local:iso/missing.iso,media=cdrom")])
-        .await;
     let upid = s
-        .post("/nodes/pve1/qemu/100/status/start", &[])
+        .post(
+            "/nodes/pve1/qemu",
+            &[
+                ("vmid", "100"),
+                ("ide2", "local:iso/missing.iso,media=cdrom"),
+            ],
+        )
         .await
         .upid();
     let status = s.wait(&upid).await;
     assert_eq!(
         status["exitstatus"],
-        "volume 'local:iso/missing.iso' does not exist"
+        "unable to create VM 100 - volume local:iso/missing.iso does not exist"
+    );
+}
+
+#[tokio::test]
+async fn an_attached_iso_is_reported_with_its_size() {
+    let s = sim().await;
+    crate::download::place_file(&s, "local", "iso", "boot.iso", vec![0; 4096]).await;
+    s.create_vm("100", &[("ide2", "local:iso/boot.iso,media=cdrom")])
+        .await;
+    assert_eq!(
+        s.config("100").await["ide2"],
+        "local:iso/boot.iso,media=cdrom,size=4K"
+    );
+}
+
+#[tokio::test]
+async fn a_second_cloudinit_drive_is_refused() {
+    let s = sim().await;
+    s.create_vm("100", &[("ide2", "local-lvm:cloudinit")]).await;
+    let r = s
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[("ide3", "local-lvm:cloudinit")],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "ide3 - cloud-init drive is already attached at 'ide2'\n"
     );
 }
 
