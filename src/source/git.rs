@@ -15,6 +15,8 @@
 //! programs inherit the process environment and read their own configuration (the upload-pack
 //! side of a local transfer sees the user's git config, `ssh` reads `~/.ssh/config` and
 //! `known_hosts`). That is the server side of the transfer, as it would be on any forge.
+//! One exception on the client side: gix's `git://` transport reads `GIT_OVERRIDE_VIRTUAL_HOST`
+//! from the process environment whatever the options say.
 //!
 //! One user: `open` clears lock files a killed predecessor left in the mirror, so only one
 //! `GitSource` per state directory may exist at a time (one agent per state directory).
@@ -389,19 +391,18 @@ impl GitSource {
         };
         let mut repo =
             gix::open_opts(&self.mirror, gix::open::Options::isolated()).map_err(mirror_error)?;
-        if let Some(key) = &self.ssh_key_file {
-            let mut config = repo.config_snapshot_mut();
-            config
-                .set_value(
-                    &gix::config::tree::Core::SSH_COMMAND,
-                    ssh_command(key).as_str(),
-                )
-                .map_err(mirror_error)?;
-            config
-                .set_value(&gix::config::tree::Ssh::VARIANT, "ssh")
-                .map_err(mirror_error)?;
-            config.commit().map_err(mirror_error)?;
-        }
+        // Only ssh:// and scp-like URLs run it.
+        let mut config = repo.config_snapshot_mut();
+        config
+            .set_value(
+                &gix::config::tree::Core::SSH_COMMAND,
+                ssh_command(self.ssh_key_file.as_deref()).as_str(),
+            )
+            .map_err(mirror_error)?;
+        config
+            .set_value(&gix::config::tree::Ssh::VARIANT, "ssh")
+            .map_err(mirror_error)?;
+        config.commit().map_err(mirror_error)?;
         Ok(repo)
     }
 
@@ -525,12 +526,19 @@ fn tracking_ref(branch: &str) -> String {
     format!("refs/remotes/{REMOTE_NAME}/{branch}")
 }
 
-/// `core.sshCommand` for a key file. gix runs it through `sh -c`, hence the quoting.
-/// `BatchMode` keeps ssh from prompting for a passphrase or password nobody can type.
-fn ssh_command(key_file: &Path) -> String {
-    let key = key_file.to_string_lossy().replace('\'', r"'\''");
+/// `core.sshCommand`, with the key file if one is configured (else ssh's own defaults for the
+/// agent's user). gix runs it through `sh -c`, hence the quoting. `BatchMode` keeps ssh from
+/// prompting for a passphrase or password nobody can type; the timeouts keep a dead server
+/// from holding a fetch (and so the agent's shutdown) forever, since gix checks the interrupt
+/// flag while receiving the pack, not while connecting.
+fn ssh_command(key_file: Option<&Path>) -> String {
+    let identity = key_file.map_or_else(String::new, |key| {
+        let key = key.to_string_lossy().replace('\'', r"'\''");
+        format!("-i '{key}' -o IdentitiesOnly=yes ")
+    });
     format!(
-        "ssh -i '{key}' -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new -o BatchMode=yes"
+        "ssh {identity}-o StrictHostKeyChecking=accept-new -o BatchMode=yes \
+         -o ConnectTimeout=30 -o ServerAliveInterval=15 -o ServerAliveCountMax=4"
     )
 }
 
@@ -1229,7 +1237,9 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
         assert_eq!(
             command,
             format!(
-                "ssh -i '{}' -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new -o BatchMode=yes",
+                "ssh -i '{}' -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new \
+                 -o BatchMode=yes -o ConnectTimeout=30 -o ServerAliveInterval=15 \
+                 -o ServerAliveCountMax=4",
                 key.display().to_string().replace('\'', r"'\''")
             )
         );
@@ -1246,6 +1256,17 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
             )
         );
         assert!(traces.contains("IdentitiesOnly=yes"), "{traces}");
+    }
+
+    #[test]
+    fn without_a_key_file_ssh_still_never_prompts() {
+        let command = ssh_command(None);
+        assert!(
+            command.starts_with("ssh -o StrictHostKeyChecking=accept-new"),
+            "{command}"
+        );
+        assert!(command.contains("-o BatchMode=yes"), "{command}");
+        assert!(!command.contains("-i "), "{command}");
     }
 
     /// Set by `hostile_global_git_config_is_ignored` for the child process it starts.
