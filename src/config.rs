@@ -322,12 +322,14 @@ impl AgentConfig {
                 if !(s.url.starts_with("https://")
                     || s.url.starts_with("http://")
                     || s.url.starts_with("ssh://")
+                    || s.url.starts_with("git://")
                     || s.url.starts_with("file://")
                     || s.url.contains('@'))
                 {
                     return Err(invalid(
                         "source.url",
-                        "must be an https, http, ssh (or user@host:path) or file URL".to_owned(),
+                        "must be an https, http, ssh (or user@host:path), git or file URL"
+                            .to_owned(),
                     ));
                 }
                 Some(SourceConfig {

@@ -6,6 +6,7 @@
 //! observe (PVE GETs) → plan (pure) → execute (PVE writes) → store (SQLite).
 //!
 //! Layout:
+//! - [`agent`]: the long-running loop (schedule, triggers, retry).
 //! - [`cli`]: one module per subcommand, each with a `run` function; exit codes.
 //! - [`config`]: agent.toml → validated `AgentConfig` (secrets from files).
 //! - [`observe`]: PVE GETs → `ObservedState` (the only pve → core mapping).
@@ -17,9 +18,11 @@
 //! - [`telemetry`]: logging set-up.
 //! - [`webhook`]: `/hooks/<forge>` receiver: checks HMAC signatures, then nudges the agent.
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod execute;
+pub mod http;
 pub mod observe;
 pub mod output;
 pub mod reconcile;

@@ -133,3 +133,50 @@ pub fn reconcile_error(error: ReconcileError) -> anyhow::Error {
     }
     anyhow::Error::new(error)
 }
+
+/// Prints `proxops status`.
+pub fn print_status(status: &crate::http::StatusJson) {
+    println!("node {}", status.node);
+    let pass = |p: &Option<crate::http::PassJson>| match p {
+        Some(p) => format!(
+            "{} ({}, {} trigger, {})",
+            p.commit.as_deref().unwrap_or("-"),
+            p.outcome.as_deref().unwrap_or("running"),
+            p.trigger,
+            p.ended_at.as_deref().unwrap_or(&p.started_at)
+        ),
+        None => "none".to_owned(),
+    };
+    println!("last applied:   {}", pass(&status.last_applied));
+    println!("last attempted: {}", pass(&status.last_attempted));
+    if status.desired_stale {
+        println!(
+            "DESIRED STATE IS STALE: {}",
+            status.last_error.as_deref().unwrap_or("git fetch failing")
+        );
+    }
+    println!("open drift findings: {}", status.open_findings);
+}
+
+/// Prints `proxops drift`.
+pub fn print_drift(drift: &crate::http::DriftListJson) {
+    if drift.open.is_empty() {
+        println!("no open drift findings");
+    }
+    for d in &drift.open {
+        println!(
+            "! {} {} on {}: {} (since {})",
+            d.kind, d.resource, d.node, d.message, d.first_seen_at
+        );
+    }
+    for d in &drift.resolved {
+        println!(
+            "  resolved {} {} on {} at {} ({})",
+            d.kind,
+            d.resource,
+            d.node,
+            d.resolved_at.as_deref().unwrap_or("-"),
+            d.resolved_how.as_deref().unwrap_or("-")
+        );
+    }
+}

@@ -5,10 +5,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod agent;
 pub mod apply;
+pub mod drift;
 pub mod pass;
 pub mod plan;
 pub mod schema;
+pub mod status;
 pub mod validate;
 
 /// ProxOps: GitOps for Proxmox VE. Manifests in git, applied by an agent on each node.
@@ -39,6 +42,13 @@ enum Command {
     Plan(plan::Args),
     /// Plan, confirm, and apply the plan to PVE.
     Apply(apply::Args),
+    /// Run the agent: follow the repository and keep PVE in the declared state.
+    #[command(alias = "run")]
+    Agent(agent::Args),
+    /// Show the last applied and attempted revision (asks the running agent).
+    Status(status::Args),
+    /// Show open drift findings (asks the running agent).
+    Drift(drift::Args),
     /// Print the JSON Schema of the manifest format (for editors and the YAML language server).
     Schema(schema::Args),
 }
@@ -74,6 +84,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Schema(args) => schema::run(&args),
         Command::Plan(args) => runtime()?.block_on(plan::run(&args)),
         Command::Apply(args) => runtime()?.block_on(apply::run(&args)),
+        Command::Agent(args) => runtime()?.block_on(agent::run(&args)),
+        Command::Status(args) => runtime()?.block_on(status::run(&args)),
+        Command::Drift(args) => runtime()?.block_on(drift::run(&args)),
     }
 }
 

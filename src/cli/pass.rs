@@ -50,8 +50,7 @@ pub struct Prepared {
 impl PassArgs {
     /// Reads the config and the repository and builds the PVE client.
     pub fn prepare(&self) -> anyhow::Result<Prepared> {
-        let config = AgentConfig::load(&self.config)
-            .with_context(|| format!("loading config {}", self.config.display()))?;
+        let config = AgentConfig::load(&self.config)?;
         let files = read_manifest_files(&self.path)
             .with_context(|| format!("reading manifests from {}", self.path.display()))?;
         let scope = match self.node.as_deref() {

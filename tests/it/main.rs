@@ -5,8 +5,10 @@
 // Test helpers outside #[test] functions may panic on setup failures: that is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod agent;
 mod artifacts;
 mod cli_validate;
+mod git_server;
 mod readme;
 mod sim;
 mod support;

@@ -1,0 +1,305 @@
+//! The agent: follows the repository and keeps PVE in the declared state, one pass at a
+//! time, triggered by its schedule, webhooks and signals.
+//!
+//! - [`schedule`]: when to look again (interval or cron, with jitter).
+//! - [`retry`]: the one place that turns a pass's verdict into the next delay.
+//! - [`pass`]: one recorded pass (fetch → validate → observe → plan → apply → record).
+//! - [`status`]: the live view shared with the HTTP API.
+//!
+//! The loop starts with a pass at once (the Go program waited one interval), re-attaches
+//! first to PVE tasks a previous run started but never saw finish, and then waits for the
+//! next trigger. Webhook nudges go through a channel of capacity one: while a pass runs,
+//! any number of deliveries coalesce into exactly one more pass.
+
+pub mod pass;
+pub mod retry;
+pub mod schedule;
+pub mod status;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use proxops_pve::{PveClient, Upid, WaitOptions, wait_for_task};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AgentConfig, NodeScope};
+use crate::execute;
+use crate::http::metrics::Metrics;
+use crate::http::{self, HttpState};
+use crate::observe::error_text;
+use crate::reconcile::Context;
+use crate::source::git::GitSource;
+use crate::store::{ActionOutcome, Store, Trigger};
+use crate::webhook::{Nudge, WebhookState};
+use pass::{PassDeps, SharedStore};
+use retry::Backoff;
+use schedule::Schedule;
+
+/// The agent could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration could not be loaded (the error names the file).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The agent needs a `[source]`.
+    #[error("{}: [source] url is required to run the agent", .0.display())]
+    NoSource(PathBuf),
+    /// The git source could not be set up.
+    #[error("setting up the git source")]
+    Source(#[source] crate::source::git::SourceError),
+    /// The state database could not be opened.
+    #[error("opening the state database")]
+    Store(#[source] crate::store::StoreError),
+    /// The PVE client could not be built.
+    #[error("setting up the PVE client for {0}")]
+    Pve(String, #[source] proxops_pve::PveError),
+    /// The HTTP listener could not be bound.
+    #[error("listening on {0}")]
+    Listen(SocketAddr, #[source] std::io::Error),
+    /// The poll schedule is invalid.
+    #[error("the poll schedule")]
+    Schedule(#[source] schedule::ScheduleError),
+}
+
+/// Path of the state database inside `state_dir`.
+pub fn database_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("state.db")
+}
+
+/// The node label passes are recorded under.
+pub fn node_label(scope: &NodeScope) -> String {
+    match scope {
+        NodeScope::Node(node) => node.clone(),
+        NodeScope::All => "*".to_owned(),
+    }
+}
+
+struct Running {
+    deps: PassDeps,
+    schedule: Schedule,
+}
+
+fn build(
+    config: &AgentConfig,
+    config_path: &Path,
+    store: SharedStore,
+    live: Arc<status::LiveStatus>,
+    interrupt: Arc<AtomicBool>,
+) -> Result<Running, AgentError> {
+    let source_config = config
+        .source
+        .as_ref()
+        .ok_or_else(|| AgentError::NoSource(config_path.to_path_buf()))?;
+    let source = GitSource::open(source_config, &config.state_dir).map_err(AgentError::Source)?;
+    let pve = PveClient::new(config.pve.client_config())
+        .map_err(|e| AgentError::Pve(config.pve.url.clone(), e))?;
+    let schedule = Schedule::new(&source_config.poll).map_err(AgentError::Schedule)?;
+    let context = Context {
+        pve,
+        scope: config.node.clone(),
+        execute: execute::Options {
+            concurrency_per_node: config.policy.concurrency_per_node,
+            wait: WaitOptions {
+                timeout: config.policy.task_timeout,
+                ..WaitOptions::default()
+            },
+            lock_retry_for: Duration::from_secs(60),
+        },
+    };
+    Ok(Running {
+        deps: PassDeps {
+            context,
+            source: Arc::new(source),
+            store,
+            live,
+            cluster: config.cluster.clone(),
+            mode: config.policy.mode,
+            node_label: node_label(&config.node),
+            interrupt,
+        },
+        schedule,
+    })
+}
+
+/// Runs the agent until `shutdown` fires (SIGTERM/SIGINT in the binary). `reload` fires on
+/// SIGHUP: the config is read again and used from the next pass on.
+///
+/// # Errors
+/// Start-up failures; once running, pass failures are recorded, not returned.
+pub async fn run(
+    config_path: &Path,
+    shutdown: CancellationToken,
+    mut reload: mpsc::Receiver<()>,
+) -> Result<(), AgentError> {
+    let config = AgentConfig::load(config_path)?;
+    let store = Store::open(&database_path(&config.state_dir)).map_err(AgentError::Store)?;
+    let store: SharedStore = Arc::new(Mutex::new(store));
+    {
+        let mut guard = store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Ok(recovered) = guard.recover_unfinished(SystemTime::now())
+            && !recovered.is_empty()
+        {
+            tracing::warn!(
+                passes = recovered.len(),
+                "passes left unfinished by the last run are recorded as interrupted"
+            );
+        }
+    }
+    let live = Arc::new(status::LiveStatus::default());
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let mut running = build(
+        &config,
+        config_path,
+        store.clone(),
+        live.clone(),
+        interrupt.clone(),
+    )?;
+    let metrics = Arc::new(Metrics::default());
+
+    let (nudge_tx, mut nudge_rx) = mpsc::channel::<Nudge>(1);
+    let webhook = config.webhook.as_ref().map(|w| {
+        let branch = config
+            .source
+            .as_ref()
+            .map_or_else(|| "main".to_owned(), |s| s.branch.clone());
+        WebhookState::new(w.secret.clone(), branch, nudge_tx.clone())
+    });
+    let http_state = HttpState {
+        live: live.clone(),
+        store: store.clone(),
+        metrics: metrics.clone(),
+        pve: running.deps.context.pve.clone(),
+        webhook_metrics: webhook.as_ref().map(|w| w.metrics.clone()),
+        node_label: running.deps.node_label.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| AgentError::Listen(config.listen, e))?;
+    tracing::info!(listen = %config.listen, node = %running.deps.node_label, "agent started");
+    let server_shutdown = shutdown.clone();
+    let server = tokio::spawn(async move {
+        let app = http::router(http_state, webhook);
+        if let Err(error) = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
+            .await
+        {
+            tracing::error!(%error, "HTTP server stopped");
+        }
+    });
+    let interrupt_on_shutdown = {
+        let shutdown = shutdown.clone();
+        let interrupt = interrupt.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            interrupt.store(true, Ordering::SeqCst);
+        })
+    };
+
+    reattach(&running.deps, &shutdown).await;
+
+    let mut backoff = Backoff::default();
+    let mut trigger = Trigger::Startup;
+    loop {
+        let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
+        if let Some(last) = live.last() {
+            metrics.pass(&last.outcome);
+        }
+        if shutdown.is_cancelled() {
+            break;
+        }
+        let delay = backoff
+            .after(verdict, rand::random::<f64>())
+            .unwrap_or_else(|| {
+                running
+                    .schedule
+                    .next_delay(chrono::Utc::now(), rand::random::<f64>())
+            });
+        trigger = tokio::select! {
+            () = shutdown.cancelled() => break,
+            nudge = nudge_rx.recv() => match nudge {
+                Some(_) => Trigger::Webhook,
+                None => Trigger::Poll,
+            },
+            () = tokio::time::sleep(delay) => Trigger::Poll,
+            Some(()) = reload.recv() => {
+                match AgentConfig::load(config_path) {
+                    Ok(config) => match build(&config, config_path, store.clone(), live.clone(), interrupt.clone()) {
+                        Ok(rebuilt) => {
+                            tracing::info!("configuration reloaded");
+                            running = rebuilt;
+                        }
+                        Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
+                    },
+                    Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
+                }
+                Trigger::Signal
+            }
+        };
+    }
+    tracing::info!("agent stopping");
+    let _ = server.await;
+    interrupt_on_shutdown.abort();
+    Ok(())
+}
+
+/// Waits again for PVE tasks a previous run started and never saw finish, and records their
+/// results, so their actions are not issued a second time.
+async fn reattach(deps: &PassDeps, shutdown: &CancellationToken) {
+    let running = {
+        let store = deps
+            .store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &deps.context.scope {
+            NodeScope::Node(node) => store.running_tasks(node),
+            NodeScope::All => store.running_tasks("*"),
+        }
+    };
+    let tasks = match running {
+        Ok(tasks) => tasks,
+        Err(error) => {
+            tracing::error!(error = %error_text(&error), "reading running tasks");
+            return;
+        }
+    };
+    for task in tasks {
+        let Ok(upid) = task.upid.parse::<Upid>() else {
+            tracing::warn!(upid = %task.upid, "recorded task id does not parse; not re-attaching");
+            continue;
+        };
+        tracing::info!(upid = %task.upid, resource = %task.resource, "re-attaching to a task started before a restart");
+        let outcome = match wait_for_task(
+            &deps.context.pve,
+            &upid,
+            &deps.context.execute.wait,
+            shutdown,
+        )
+        .await
+        {
+            Ok(status) => ActionOutcome::Succeeded {
+                exitstatus: status.exitstatus.unwrap_or_else(|| "OK".into()),
+            },
+            Err(proxops_pve::TaskError::Failed { exitstatus, .. }) => {
+                ActionOutcome::Failed { error: exitstatus }
+            }
+            Err(proxops_pve::TaskError::Cancelled { .. }) => return,
+            Err(error) => ActionOutcome::Failed {
+                error: error_text(&error),
+            },
+        };
+        let mut store = deps
+            .store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(error) = store.record_action_result(task.action_id, &outcome, SystemTime::now())
+        {
+            tracing::error!(error = %error_text(&error), "recording a re-attached task");
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! One recorded pass of the agent: fetch the revision, validate, observe, plan, apply, and
+//! write what happened to the store as it happens (so a crash leaves an honest record and a
+//! restarted agent can re-attach to the PVE tasks it started).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use proxops_core::manifest::{Placement, Spec};
+use proxops_core::plan::{Action, FindingKind, NodeScope, Plan};
+use proxops_core::repository::DesiredState;
+use proxops_core::resource::ResourceId;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::retry::Verdict;
+use crate::agent::status::{self, LastPass, LiveStatus};
+use crate::config::Mode;
+use crate::execute::{self, ApplyReport, Event, Progress};
+use crate::observe::error_text;
+use crate::reconcile::{self, Context, ReconcileError};
+use crate::source::git::{GitSource, Revision};
+use crate::store::{ActionId, ActionOutcome, PassCounts, PassId, PassOutcome, Store, Trigger};
+
+/// The store, shared between the loop (writes) and the HTTP API (reads).
+pub type SharedStore = Arc<Mutex<Store>>;
+
+/// Everything a pass needs.
+pub struct PassDeps {
+    /// PVE client, node scope, executor options.
+    pub context: Context,
+    /// The git repository followed.
+    pub source: Arc<GitSource>,
+    /// The state database.
+    pub store: SharedStore,
+    /// The live status for HTTP.
+    pub live: Arc<LiveStatus>,
+    /// The cluster to follow (composition mode).
+    pub cluster: Option<String>,
+    /// Apply or only report.
+    pub mode: Mode,
+    /// The node name passes are recorded under (`*` for a whole-cluster agent).
+    pub node_label: String,
+    /// Set on shutdown: aborts a running git fetch.
+    pub interrupt: Arc<AtomicBool>,
+}
+
+fn with_store<T>(store: &SharedStore, f: impl FnOnce(&mut Store) -> T) -> T {
+    let mut guard = store
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    f(&mut guard)
+}
+
+fn log_store_error<T>(result: Result<T, crate::store::StoreError>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(error) => {
+            tracing::error!(error = %error_text(&error), "writing the state database failed");
+            None
+        }
+    }
+}
+
+/// Fetches the revision: the new one, or the last good one (marked stale) when git fails.
+async fn fetch(deps: &PassDeps) -> Result<Revision, String> {
+    let source = deps.source.clone();
+    let interrupt = deps.interrupt.clone();
+    let fetched = tokio::task::spawn_blocking(move || source.fetch(&interrupt)).await;
+    match fetched {
+        Ok(Ok(revision)) => {
+            deps.live.set_source_error(None);
+            if revision.force_pushed {
+                tracing::warn!(
+                    commit = %revision.commit,
+                    previous = revision.previous.as_deref().unwrap_or(""),
+                    "branch was force-pushed; following it"
+                );
+            }
+            Ok(revision)
+        }
+        Ok(Err(error)) => {
+            let text = error_text(&error);
+            tracing::warn!(error = %text, "git fetch failed");
+            deps.live.set_source_error(Some(text.clone()));
+            deps.source.last_good().ok_or(text)
+        }
+        Err(join) => Err(format!("git fetch task failed: {join}")),
+    }
+}
+
+/// Runs one pass and records it. Returns how the loop should carry on.
+pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationToken) -> Verdict {
+    let started = SystemTime::now();
+    let revision = match fetch(deps).await {
+        Ok(revision) => revision,
+        Err(error) => {
+            let id = with_store(&deps.store, |s| {
+                log_store_error(s.begin_pass(&deps.node_label, None, trigger, started))
+            });
+            if let Some(id) = id {
+                finish(deps, id, PassOutcome::Failed, PassCounts::default());
+            }
+            deps.live
+                .finish(last_pass(None, started, "failed", Vec::new(), Some(error)));
+            return Verdict::Transient;
+        }
+    };
+    let commit = revision.commit.clone();
+    let span = tracing::info_span!("pass", revision = %short(&commit), trigger = trigger.as_str());
+    let _entered = span.enter();
+    let Some(pass) = with_store(&deps.store, |s| {
+        log_store_error(s.begin_pass(&deps.node_label, Some(&commit), trigger, started))
+    }) else {
+        return Verdict::Transient;
+    };
+
+    let desired = match reconcile::desired_state(&revision.files, deps.cluster.as_deref()) {
+        Ok(desired) => desired,
+        Err(error) => {
+            if let ReconcileError::Invalid(diagnostics) = &error {
+                with_store(&deps.store, |s| {
+                    log_store_error(s.record_invalid(pass, diagnostics))
+                });
+            }
+            let text = error_text(&error);
+            tracing::warn!(error = %text, "revision not applied");
+            finish(deps, pass, PassOutcome::Invalid, PassCounts::default());
+            deps.live.finish(last_pass(
+                Some(commit),
+                started,
+                "invalid",
+                Vec::new(),
+                Some(text),
+            ));
+            return Verdict::Stalled;
+        }
+    };
+
+    let plan = reconcile::observe_and_plan(&deps.context, &desired).await;
+    record_findings(deps, &desired, &plan, &commit);
+    let observe_failed = plan
+        .findings
+        .iter()
+        .any(|f| f.kind == FindingKind::ObserveFailed);
+
+    let report = if deps.mode == Mode::Apply && plan.has_changes() {
+        let progress = recording_progress(deps.store.clone(), pass);
+        Some(
+            execute::apply(
+                &deps.context.pve,
+                &desired,
+                &plan,
+                &deps.context.execute,
+                &progress,
+                cancel,
+            )
+            .await,
+        )
+    } else {
+        None
+    };
+
+    let (outcome, counts) = match &report {
+        _ if cancel.is_cancelled() => (
+            PassOutcome::Interrupted,
+            report.as_ref().map_or_else(PassCounts::default, |r| {
+                PassCounts::from_report(r, plan.findings.len())
+            }),
+        ),
+        Some(r) if r.is_success() => (
+            PassOutcome::Applied,
+            PassCounts::from_report(r, plan.findings.len()),
+        ),
+        Some(r) => (
+            PassOutcome::Failed,
+            PassCounts::from_report(r, plan.findings.len()),
+        ),
+        None => (
+            PassOutcome::NoChange,
+            PassCounts::from_report(&ApplyReport::default(), plan.findings.len()),
+        ),
+    };
+    finish(deps, pass, outcome, counts);
+    let objects = status::objects(
+        desired.cluster.as_deref(),
+        placements(&desired, &deps.context.scope).into_iter(),
+        &plan,
+        report.as_ref(),
+    );
+    deps.live.finish(last_pass(
+        Some(commit),
+        started,
+        outcome.as_str(),
+        objects,
+        None,
+    ));
+    tracing::info!(outcome = outcome.as_str(), "pass finished");
+    match outcome {
+        PassOutcome::Applied | PassOutcome::NoChange if observe_failed => Verdict::Transient,
+        PassOutcome::Applied | PassOutcome::NoChange | PassOutcome::Interrupted => Verdict::Ok,
+        PassOutcome::Failed | PassOutcome::Invalid => Verdict::Stalled,
+    }
+}
+
+fn finish(deps: &PassDeps, pass: PassId, outcome: PassOutcome, counts: PassCounts) {
+    with_store(&deps.store, |s| {
+        log_store_error(s.finish_pass(pass, outcome, counts, SystemTime::now()))
+    });
+}
+
+/// Records findings for every node the pass covers, so findings that went away resolve.
+fn record_findings(deps: &PassDeps, desired: &DesiredState, plan: &Plan, commit: &str) {
+    let mut nodes: BTreeSet<String> = match &deps.context.scope {
+        NodeScope::Node(node) => [node.clone()].into(),
+        NodeScope::All => placements(desired, &NodeScope::All)
+            .into_iter()
+            .flat_map(|(_, n, _)| n)
+            .collect(),
+    };
+    nodes.extend(plan.findings.iter().map(|f| f.node.clone()));
+    let now = SystemTime::now();
+    with_store(&deps.store, |s| {
+        if let NodeScope::All = deps.context.scope {
+            // Nodes that had open findings but no longer appear still get resolved.
+            if let Some(open) = log_store_error(s.open_findings(None)) {
+                nodes.extend(open.into_iter().map(|r| r.node));
+            }
+        }
+        for node in &nodes {
+            let findings: Vec<_> = plan
+                .findings
+                .iter()
+                .filter(|f| &f.node == node)
+                .cloned()
+                .collect();
+            log_store_error(s.record_findings(node, Some(commit), now, &findings));
+        }
+    });
+}
+
+/// (resource, nodes in scope, vmid) for every resource of the desired state.
+fn placements(
+    desired: &DesiredState,
+    scope: &NodeScope,
+) -> Vec<(ResourceId, Vec<String>, Option<u32>)> {
+    desired
+        .manifest
+        .resources()
+        .filter_map(|r| {
+            let (nodes, vmid) = match (&r.placement, &r.spec) {
+                (_, Some(Spec::Artifact(a))) => (
+                    a.nodes
+                        .iter()
+                        .map(|n| n.as_str().to_owned())
+                        .collect::<Vec<_>>(),
+                    None,
+                ),
+                (Placement::Guest { node, vmid, .. }, _) => (vec![node.clone()], Some(*vmid)),
+                (Placement::Artifact { nodes, .. }, _) => (nodes.clone(), None),
+            };
+            let nodes: Vec<String> = nodes.into_iter().filter(|n| scope.includes(n)).collect();
+            (!nodes.is_empty()).then(|| (r.id.clone(), nodes, vmid))
+        })
+        .collect()
+}
+
+/// Store ids of the actions of this pass, by (resource, node, verb).
+type ActionIds = BTreeMap<(ResourceId, String, String), ActionId>;
+
+/// A progress sink that writes each action's start, task and result to the store as they
+/// happen; the UPID is stored before the wait begins.
+fn recording_progress(store: SharedStore, pass: PassId) -> Progress {
+    let ids: Arc<Mutex<ActionIds>> = Arc::default();
+    let key = |a: &Action| (a.resource.clone(), a.node.clone(), a.verb.name().to_owned());
+    Arc::new(move |event: &Event| {
+        let now = SystemTime::now();
+        let mut ids = ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match event {
+            Event::Started { action } => {
+                if let Some(id) = with_store(&store, |s| {
+                    log_store_error(s.record_action_started(pass, action, now))
+                }) {
+                    ids.insert(key(action), id);
+                }
+            }
+            Event::TaskStarted { action, upid } => {
+                if let Some(id) = ids.get(&key(action)) {
+                    with_store(&store, |s| {
+                        log_store_error(s.record_task_started(*id, upid, now))
+                    });
+                }
+            }
+            Event::Finished { result } => {
+                let id = match ids.get(&key(&result.action)) {
+                    Some(id) => Some(*id),
+                    // Skipped before it started: record it so the pass is complete.
+                    None => with_store(&store, |s| {
+                        log_store_error(s.record_action_started(pass, &result.action, now))
+                    }),
+                };
+                if let Some(id) = id {
+                    let outcome = ActionOutcome::from(&result.outcome);
+                    with_store(&store, |s| {
+                        log_store_error(s.record_action_result(id, &outcome, now))
+                    });
+                }
+            }
+        }
+    })
+}
+
+fn last_pass(
+    commit: Option<String>,
+    started: SystemTime,
+    outcome: &str,
+    objects: Vec<status::ObjectStatus>,
+    abort_reason: Option<String>,
+) -> LastPass {
+    LastPass {
+        commit,
+        started_at: rfc3339(started),
+        finished_at: rfc3339(SystemTime::now()),
+        outcome: outcome.to_owned(),
+        objects,
+        abort_reason,
+    }
+}
+
+/// RFC 3339 in UTC, seconds precision.
+pub fn rfc3339(time: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}

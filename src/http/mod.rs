@@ -1,0 +1,374 @@
+//! The agent's HTTP surface on `[http] listen`: health, readiness, metrics, the Go program's
+//! `/status`, the `/api/v1/*` JSON API, a read-only status page, and (sharing the port) the
+//! webhook routes. Read-only: nothing here writes to PVE or git, and nothing reveals a
+//! secret (the types it serialises carry none).
+
+pub mod metrics;
+mod page;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use proxops_pve::PveClient;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::agent::pass::{SharedStore, rfc3339};
+use crate::agent::status::LiveStatus;
+use crate::store::{DriftRecord, PassSummary};
+use crate::webhook::{WebhookMetrics, WebhookState};
+use metrics::{Metrics, Scraped};
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct HttpState {
+    /// Live view of the loop.
+    pub live: Arc<LiveStatus>,
+    /// The state database.
+    pub store: SharedStore,
+    /// Metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// The PVE client (for its request counters only).
+    pub pve: PveClient,
+    /// Webhook counters, when webhooks are on.
+    pub webhook_metrics: Option<Arc<WebhookMetrics>>,
+    /// The node passes are recorded under.
+    pub node_label: String,
+}
+
+/// The whole router: status API plus, when configured, the webhook routes.
+pub fn router(state: HttpState, webhook: Option<WebhookState>) -> Router {
+    let api = Router::new()
+        .route("/", get(page::status_page))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .route("/status", get(go_status))
+        .route("/api/v1/status", get(api_status))
+        .route("/api/v1/revisions", get(api_revisions))
+        .route("/api/v1/drift", get(api_drift))
+        .with_state(state);
+    match webhook {
+        Some(webhook) => api.merge(crate::webhook::router(webhook)),
+        None => api,
+    }
+}
+
+/// A pass as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PassJson {
+    /// Store id.
+    pub id: i64,
+    /// Node (or `*`).
+    pub node: String,
+    /// Commit.
+    pub commit: Option<String>,
+    /// What started it.
+    pub trigger: String,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339, when finished.
+    pub ended_at: Option<String>,
+    /// Outcome, when finished.
+    pub outcome: Option<String>,
+    /// Actions that succeeded.
+    pub actions_ok: u32,
+    /// Actions that failed.
+    pub actions_failed: u32,
+    /// Actions skipped.
+    pub actions_skipped: u32,
+    /// Findings.
+    pub findings: u32,
+}
+
+impl From<&PassSummary> for PassJson {
+    fn from(p: &PassSummary) -> Self {
+        Self {
+            id: p.id.0,
+            node: p.node.clone(),
+            commit: p.commit.clone(),
+            trigger: p.trigger.as_str().to_owned(),
+            started_at: rfc3339(p.started_at),
+            ended_at: p.ended_at.map(rfc3339),
+            outcome: p.outcome.map(|o| o.as_str().to_owned()),
+            actions_ok: p.counts.actions_ok,
+            actions_failed: p.counts.actions_failed,
+            actions_skipped: p.counts.actions_skipped,
+            findings: p.counts.findings,
+        }
+    }
+}
+
+/// A drift finding as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DriftJson {
+    /// Node.
+    pub node: String,
+    /// `Kind/name`.
+    pub resource: String,
+    /// Finding kind.
+    pub kind: String,
+    /// Field.
+    pub field: String,
+    /// Declared value.
+    pub desired: String,
+    /// Observed value.
+    pub observed: String,
+    /// Explanation.
+    pub message: String,
+    /// First seen (commit, time).
+    pub first_seen_commit: Option<String>,
+    /// RFC 3339.
+    pub first_seen_at: String,
+    /// RFC 3339.
+    pub last_seen_at: String,
+    /// RFC 3339, when resolved.
+    pub resolved_at: Option<String>,
+    /// How it was resolved.
+    pub resolved_how: Option<String>,
+}
+
+impl From<&DriftRecord> for DriftJson {
+    fn from(d: &DriftRecord) -> Self {
+        Self {
+            node: d.node.clone(),
+            resource: d.resource.to_string(),
+            kind: d.kind.clone(),
+            field: d.field.clone(),
+            desired: d.desired.clone(),
+            observed: d.observed.clone(),
+            message: d.message.clone(),
+            first_seen_commit: d.first_seen_commit.clone(),
+            first_seen_at: rfc3339(d.first_seen_at),
+            last_seen_at: rfc3339(d.last_seen_at),
+            resolved_at: d.resolved_at.map(rfc3339),
+            resolved_how: d.resolved_how.map(|h| h.as_str().to_owned()),
+        }
+    }
+}
+
+/// `/api/v1/status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusJson {
+    /// Node (or `*`).
+    pub node: String,
+    /// RFC 3339.
+    pub process_start: Option<String>,
+    /// Git could not be fetched; the last good revision is in force.
+    pub desired_stale: bool,
+    /// The last git error.
+    pub last_error: Option<String>,
+    /// The last pass whose revision was applied (or found in sync).
+    pub last_applied: Option<PassJson>,
+    /// The last pass attempted.
+    pub last_attempted: Option<PassJson>,
+    /// Open drift findings.
+    pub open_findings: usize,
+}
+
+/// `/api/v1/drift`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DriftListJson {
+    /// Open findings.
+    pub open: Vec<DriftJson>,
+    /// Recently resolved findings.
+    pub resolved: Vec<DriftJson>,
+}
+
+async fn read_store<T: Send + 'static>(
+    store: &SharedStore,
+    f: impl FnOnce(&crate::store::Store) -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, Response> {
+    let store = store.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let guard = store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&guard)
+    })
+    .await;
+    match joined {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => {
+            tracing::error!(error = %crate::observe::error_text(&error), "reading the state database");
+            Err((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "state database unavailable",
+            )
+                .into_response())
+        }
+        Err(_) => Err((StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()),
+    }
+}
+
+/// Status from the store (shared with `proxops status` when no agent answers).
+pub fn status_from_store(
+    store: &crate::store::Store,
+    node: &str,
+) -> Result<StatusJson, crate::store::StoreError> {
+    Ok(StatusJson {
+        node: node.to_owned(),
+        process_start: None,
+        desired_stale: false,
+        last_error: None,
+        last_applied: store.last_applied(node)?.as_ref().map(PassJson::from),
+        last_attempted: store.last_attempted(node)?.as_ref().map(PassJson::from),
+        open_findings: store.open_findings(None)?.len(),
+    })
+}
+
+/// Drift from the store (shared with `proxops drift` when no agent answers).
+pub fn drift_from_store(
+    store: &crate::store::Store,
+) -> Result<DriftListJson, crate::store::StoreError> {
+    Ok(DriftListJson {
+        open: store
+            .open_findings(None)?
+            .iter()
+            .map(DriftJson::from)
+            .collect(),
+        resolved: store
+            .recent_resolved(None, 50)?
+            .iter()
+            .map(DriftJson::from)
+            .collect(),
+    })
+}
+
+async fn healthz(State(state): State<HttpState>) -> Json<serde_json::Value> {
+    Json(json!({ "ok": true, "since": rfc3339(state.live.process_start) }))
+}
+
+async fn readyz(State(state): State<HttpState>) -> Response {
+    if state.live.is_ready() {
+        Json(json!({ "ok": true })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "ok": false, "reason": "not_ready" })),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics_text(State(state): State<HttpState>) -> Response {
+    let node = state.node_label.clone();
+    let read = read_store(&state.store, move |s| {
+        let last = s.last_applied(&node)?;
+        Ok((last, s.open_findings(None)?.len()))
+    })
+    .await;
+    let (last, open) = match read {
+        Ok(values) => values,
+        Err(response) => return response,
+    };
+    let webhooks = state.webhook_metrics.as_ref().map(|m| m.snapshot());
+    let scraped = Scraped {
+        last_applied: last
+            .and_then(|p| p.ended_at)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| {
+                vec![(
+                    state.node_label.clone(),
+                    i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                )]
+            })
+            .unwrap_or_default(),
+        drift_open: i64::try_from(open).unwrap_or(i64::MAX),
+        desired_stale: state.live.desired_stale(),
+        pve_requests: state.pve.requests_sent(),
+        pve_writes: state.pve.writes_sent(),
+        webhooks: [
+            ("accepted", webhooks.as_ref().map_or(0, |w| w.accepted)),
+            ("rejected", webhooks.as_ref().map_or(0, |w| w.rejected)),
+            ("ignored", webhooks.as_ref().map_or(0, |w| w.ignored)),
+            ("coalesced", webhooks.as_ref().map_or(0, |w| w.coalesced)),
+        ],
+    };
+    state.metrics.set_scraped(&scraped);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// The Go ProxOps `/status` shape: `{process_start, last_cycle, objects}`.
+async fn go_status(State(state): State<HttpState>) -> Json<serde_json::Value> {
+    let last = state.live.last();
+    let objects = last.as_ref().map(|l| l.objects.clone()).unwrap_or_default();
+    let count = |s: &str| objects.iter().filter(|o| o.state == s).count();
+    let last_cycle = last.as_ref().map(|l| {
+        json!({
+            "commit": l.commit,
+            "started_at": l.started_at,
+            "finished_at": l.finished_at,
+            "objects": objects.len(),
+            "actions_ok": count("converged"),
+            "actions_error": count("failed"),
+            "pruned": 0,
+            "prune_deferred": 0,
+            "skipped": count("skipped"),
+            "anomalies": count("anomalous"),
+            "desired_stale": state.live.desired_stale(),
+            "read_only": false,
+            "aborted": l.abort_reason.is_some(),
+            "abort_reason": l.abort_reason,
+            "outcome": l.outcome,
+        })
+    });
+    Json(json!({
+        "process_start": rfc3339(state.live.process_start),
+        "last_cycle": last_cycle,
+        "objects": objects,
+    }))
+}
+
+async fn api_status(State(state): State<HttpState>) -> Response {
+    let node = state.node_label.clone();
+    match read_store(&state.store, move |s| status_from_store(s, &node)).await {
+        Ok(mut status) => {
+            status.process_start = Some(rfc3339(state.live.process_start));
+            status.desired_stale = state.live.desired_stale();
+            status.last_error = state.live.last_error();
+            Json(status).into_response()
+        }
+        Err(response) => response,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Limit {
+    limit: Option<usize>,
+}
+
+async fn api_revisions(State(state): State<HttpState>, Query(q): Query<Limit>) -> Response {
+    let limit = q.limit.unwrap_or(50).min(1000);
+    let node = state.node_label.clone();
+    match read_store(&state.store, move |s| s.recent_passes(Some(&node), limit)).await {
+        Ok(passes) => Json(passes.iter().map(PassJson::from).collect::<Vec<_>>()).into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn api_drift(State(state): State<HttpState>) -> Response {
+    match read_store(&state.store, drift_from_store).await {
+        Ok(drift) => Json(drift).into_response(),
+        Err(response) => response,
+    }
+}
+
+/// Seconds since the Unix epoch, for the page.
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
