@@ -83,7 +83,11 @@ impl fmt::Display for Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        write!(f, "{}:{}:{}: {severity}: ", self.path, self.line, self.column)?;
+        write!(
+            f,
+            "{}:{}:{}: {severity}: ",
+            self.path, self.line, self.column
+        )?;
         if !self.field.is_empty() {
             write!(f, "{}: ", self.field)?;
         }
@@ -108,8 +112,14 @@ mod tests {
 
     #[test]
     fn diagnostic_renders_location_field_message_and_help() {
-        let d = Diagnostic::error("vm/base/web.yaml", 7, 5, "spec.memory", "not a whole number of MiB")
-            .with_help("write `8GiB`");
+        let d = Diagnostic::error(
+            "vm/base/web.yaml",
+            7,
+            5,
+            "spec.memory",
+            "not a whole number of MiB",
+        )
+        .with_help("write `8GiB`");
         assert_eq!(
             d.to_string(),
             "vm/base/web.yaml:7:5: error: spec.memory: not a whole number of MiB\n  help: write `8GiB`"
@@ -118,7 +128,16 @@ mod tests {
 
     #[test]
     fn diagnostic_without_field_omits_the_field_part() {
-        let d = Diagnostic::error("vm/web.yaml", 1, 1, "", "manifest directly under a kind root");
-        assert_eq!(d.to_string(), "vm/web.yaml:1:1: error: manifest directly under a kind root");
+        let d = Diagnostic::error(
+            "vm/web.yaml",
+            1,
+            1,
+            "",
+            "manifest directly under a kind root",
+        );
+        assert_eq!(
+            d.to_string(),
+            "vm/web.yaml:1:1: error: manifest directly under a kind root"
+        );
     }
 }

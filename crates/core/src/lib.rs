@@ -16,16 +16,16 @@
 //! - [`plan`]: [`plan::plan`], desired vs observed → levels of actions and findings.
 #![warn(missing_docs)]
 
-pub mod diagnostic;
-pub mod resource;
-pub mod manifest;
 pub mod desired;
+pub mod diagnostic;
 pub mod graph;
-pub mod repository;
-pub mod schema;
-pub mod observed;
 pub mod guest;
+pub mod manifest;
+pub mod observed;
 pub mod plan;
+pub mod repository;
+pub mod resource;
+pub mod schema;
 
 pub use desired::Manifest;
 pub use graph::DependencyGraph;

@@ -123,7 +123,10 @@ pub struct ResourceId {
 impl ResourceId {
     /// A resource id.
     pub fn new(kind: Kind, name: impl Into<String>) -> Self {
-        Self { kind, name: name.into() }
+        Self {
+            kind,
+            name: name.into(),
+        }
     }
 }
 
