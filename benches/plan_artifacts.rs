@@ -19,21 +19,34 @@ const NODES: usize = 20;
 const ARTIFACTS: usize = 2_000;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(run());
 }
 
 async fn run() {
-    let kinds = [("ISO", "iso", "iso"), ("CTTemplate", "vztmpl", "tar.zst"), ("DiskImage", "import", "qcow2")];
+    let kinds = [
+        ("ISO", "iso", "iso"),
+        ("CTTemplate", "vztmpl", "tar.zst"),
+        ("DiskImage", "import", "qcow2"),
+    ];
     let mut seed = proxops_pve_sim::Seed::default();
     let template = seed.nodes[0].clone();
     seed.nodes = (1..=NODES)
-        .map(|i| proxops_pve_sim::NodeSeed { name: format!("node{i:02}"), ..template.clone() })
+        .map(|i| proxops_pve_sim::NodeSeed {
+            name: format!("node{i:02}"),
+            ..template.clone()
+        })
         .collect();
     let mut files = BTreeMap::new();
     for i in 0..ARTIFACTS {
         let (kind, content, ext) = kinds[i % kinds.len()];
-        let nodes = [format!("node{:02}", i % NODES + 1), format!("node{:02}", (i + 7) % NODES + 1)];
+        let nodes = [
+            format!("node{:02}", i % NODES + 1),
+            format!("node{:02}", (i + 7) % NODES + 1),
+        ];
         let filename = format!("file-{i:04}.{ext}");
         // The first node of every other artifact already has it.
         if i % 2 == 0 {
@@ -52,9 +65,16 @@ async fn run() {
         );
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sim = proxops_pve_sim::start(SimConfig { seed, tls: true, ..SimConfig::default() }, listener)
-        .await
-        .unwrap();
+    let sim = proxops_pve_sim::start(
+        SimConfig {
+            seed,
+            tls: true,
+            ..SimConfig::default()
+        },
+        listener,
+    )
+    .await
+    .unwrap();
     let pve = PveClient::new(ClientConfig {
         base_url: sim.base_url(),
         token_id: "root@pam!proxops".into(),
