@@ -45,16 +45,7 @@ warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
 # reported to the simulator's author, not hidden); any other failure is a FAIL; if it passes it
 # counts as passed and a note says the entry can go. Each reason names the simulator behaviour
 # that differs from real PVE and the evidence.
-KNOWN_SIMULATOR_DEFECTS = {
-    "perms": (
-        "501 Not Implemented: Method 'GET /access/permissions' not implemented",
-        "GET /access/permissions answers 501 \"Method 'GET /access/permissions' not "
-        "implemented\": the route and handler exist (src/api/access.rs) but the vendored "
-        "schema (from pve-api-subset.json) lacks the endpoint, so validation rejects it; "
-        "real PVE 9.1 has it (apidoc-full.json: GET /access/permissions, allowtoken 1, "
-        "params path, userid) and issue 3 lists it",
-    ),
-}
+KNOWN_SIMULATOR_DEFECTS = {}
 
 TASK_TIMEOUT = 60.0
 UPID_RE = re.compile(
@@ -395,6 +386,19 @@ def main():
             return
         raise StepFailed("login with a wrong password succeeded")
 
+    def token_on_ticket():
+        # BEHAVIOUR.md 2: POST /access/ticket lacks allowtoken, so pveproxy refuses a token
+        # caller with 403 although the endpoint needs no login.
+        try:
+            api.access.ticket.post(username=user, password=password)
+        except ResourceException as e:
+            check(e.status_code == 403,
+                  f"token on /access/ticket: expected 403, got {e.status_code} ({e})")
+            check("not available with API token, need proper ticket" in str(e),
+                  f"token on /access/ticket: message {e}")
+            return
+        raise StepFailed("token on /access/ticket: the login succeeded, expected 403")
+
     def permissions():
         perms = api.access.permissions.get()
         check(isinstance(perms, dict), f"/access/permissions: expected an object, got {perms!r}")
@@ -436,6 +440,7 @@ def main():
     r.step("start2", "start of a running VM fails in the task", start_again, ["start"])
     r.step("tasks", "list tasks", list_tasks, ["start"])
     r.step("ticket", "password (ticket) auth: login, CSRF-protected write", ticket_auth, ["put"])
+    r.step("tokenticket", "API token on /access/ticket is 403", token_on_ticket)
     r.step("perms", "access permissions of the token", permissions)
     r.step("iso", "download ISO via download-url, find it in content", download_iso, ["nextid"])
     r.step("delete", "stop and delete VM", stop_and_delete, ["start"])

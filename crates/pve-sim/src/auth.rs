@@ -159,6 +159,22 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Whether an `Authorization` header carries an API token at all, valid or not: http
+/// `Formatter.pm` extract_auth_value, `/(?:^|\s)PVEAPIToken(?:=| )([^;]*)/` with a value
+/// that Perl finds true (not empty, not `0`). pveproxy takes it from the header only when no
+/// ticket cookie is sent, and hands it to the handler lookup even on paths that need no
+/// login (`/access/ticket`).
+pub(crate) fn api_token_sent(authorization: Option<&str>) -> bool {
+    static RE: LazyLock<Regex> = LazyLock::new(|| {
+        #[allow(clippy::unwrap_used)] // a literal pattern
+        Regex::new(r"(?:^|\s)PVEAPIToken(?:=| )([^;]*)").unwrap()
+    });
+    authorization
+        .and_then(|h| RE.captures(h))
+        .and_then(|c| c.get(1))
+        .is_some_and(|v| !v.as_str().is_empty() && v.as_str() != "0")
+}
+
 /// The `PVEAuthCookie` value from a `Cookie` header.
 pub(crate) fn cookie_ticket(cookie_header: &str) -> Option<String> {
     cookie_header.split(';').find_map(|part| {
@@ -174,6 +190,15 @@ pub(crate) fn cookie_ticket(cookie_header: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_header_counts_as_sent_whatever_its_secret() {
+        assert!(api_token_sent(Some("PVEAPIToken=root@pam!proxops=wrong")));
+        assert!(api_token_sent(Some("PVEAPIToken root@pam!x=y")));
+        assert!(!api_token_sent(Some("PVEAPIToken=")));
+        assert!(!api_token_sent(Some("Basic cm9vdDpwdw==")));
+        assert!(!api_token_sent(None));
+    }
 
     fn auth() -> Auth {
         let mut a = Auth::default();

@@ -137,6 +137,7 @@ pub(super) fn status(ctx: &Ctx) -> Value {
         "quorate": 1,
         "version": 3,
     })];
+    let local = local_node(&cluster);
     for (i, n) in cluster.nodes.values().enumerate() {
         out.push(json!({
             "id": format!("node/{}", n.name),
@@ -145,7 +146,7 @@ pub(super) fn status(ctx: &Ctx) -> Value {
             "nodeid": i + 1,
             "ip": format!("192.0.2.{}", 11 + i),
             "level": "",
-            "local": u8::from(i == 0),
+            "local": u8::from(Some(n.name.as_str()) == local),
             "online": u8::from(n.online),
         }));
     }
@@ -169,10 +170,29 @@ pub(super) fn nextid(ctx: &Ctx) -> ApiResult {
     }
 }
 
+/// The node the client talks to: the simulator serves every node from one address, and
+/// models that address as the first node by name (`local: 1` in `/cluster/status`).
+fn local_node(cluster: &Cluster) -> Option<&str> {
+    cluster.nodes.keys().next().map(String::as_str)
+}
+
+/// A node's `ssl_fingerprint`. Every PVE node has its own certificate (`pve-ssl.pem`). The
+/// local node reports the certificate the simulator really serves, so a client that pins the
+/// fingerprint it finds there connects; the other nodes, whose certificates nobody can fetch,
+/// report a SHA-256 derived from the node name (stable across runs). Over plain HTTP no
+/// certificate is served and every node gets the derived one.
+fn ssl_fingerprint(ctx: &Ctx, cluster: &Cluster, node: &str) -> String {
+    match &ctx.shared.settings.fingerprint {
+        Some(served) if Some(node) == local_node(cluster) => served.clone(),
+        _ => {
+            crate::tls::fingerprint(format!("proxops-pvesim certificate of node {node}").as_bytes())
+        }
+    }
+}
+
 pub(super) fn nodes(ctx: &Ctx) -> Value {
     let cluster = ctx.shared.cluster();
     let now = now_epoch();
-    let fingerprint = ctx.shared.settings.fingerprint.clone().unwrap_or_default();
     Value::Array(
         cluster
             .nodes
@@ -191,7 +211,7 @@ pub(super) fn nodes(ctx: &Ctx) -> Value {
                     "maxdisk": 100u64 << 30,
                     "uptime": now.saturating_sub(cluster.boot_time),
                     "level": "",
-                    "ssl_fingerprint": fingerprint,
+                    "ssl_fingerprint": ssl_fingerprint(ctx, &cluster, &n.name),
                 })
             })
             .collect(),

@@ -2,8 +2,10 @@
 //! extraction, schema check, routing) and PVE's response envelope. The handlers live in the
 //! submodules, one per API area.
 //!
-//! Order follows pveproxy: authentication first (401 with an empty body), then the handler
-//! lookup (501), then parameter validation (400), then the handler.
+//! Order follows pveproxy and `rest_handler`: authentication first (401 with an empty body),
+//! then the handler lookup (501), path parameters given again with other values (400), API
+//! tokens on endpoints without `allowtoken` (403, also on `/access/ticket`, which needs no
+//! login), proxying to the node (500/595), parameter validation (400), then the handler.
 
 mod access;
 mod cluster;
@@ -475,20 +477,30 @@ async fn handle(
         ));
     }
 
+    // pveproxy extracts the token header whenever no ticket cookie is sent, also on the paths
+    // that need no login (`auth_handler` returns it for them too).
+    let cookie = header(parts, "cookie").and_then(crate::auth::cookie_ticket);
+    let authorization = header(parts, "authorization");
     let public = rel == "/access/ticket" || rel == "/access/domains";
     let caller = if public {
         None
     } else {
-        let cookie = header(parts, "cookie").and_then(crate::auth::cookie_ticket);
         let result = shared.cluster().auth.authenticate(
             method,
             cookie.as_deref(),
-            header(parts, "authorization"),
+            authorization,
             header(parts, "csrfpreventiontoken"),
         );
         match result {
             Ok(c) => Some(c),
             Err(f) => return Err((None, ApiError::Unauthorized(f.reason().to_string()))),
+        }
+    };
+    let api_token = match &caller {
+        Some(c) => c.is_token,
+        None => {
+            cookie.as_deref().is_none_or(str::is_empty)
+                && crate::auth::api_token_sent(authorization)
         }
     };
     let fail = |e: ApiError| (caller.clone(), e);
@@ -511,6 +523,13 @@ async fn handle(
             params.remove(k);
         }
     }
+    // `rest_handler` refuses tokens on endpoints without `allowtoken` right after the handler
+    // lookup, before permissions, proxying and parameter validation.
+    if api_token && !allows_token(method, rel) {
+        return Err(fail(ApiError::forbidden(format!(
+            "Permission check failed (URI '{rel}' not available with API token, need proper ticket.\n)"
+        ))));
+    }
     // pveproxy forwards `proxyto: node` calls before the handler validates anything: an
     // unknown node fails the DNS lookup, an offline one the connection (595).
     if let Some(node) = path_params.get("node") {
@@ -518,11 +537,6 @@ async fn handle(
     }
     if shared.settings.validate {
         check_schema(method, rel, &params).map_err(fail)?;
-    }
-    if caller.as_ref().is_some_and(|c| c.is_token) && !allows_token(method, rel) {
-        return Err(fail(ApiError::forbidden(format!(
-            "Permission check failed (URI '{rel}' not available with API token, need proper ticket.)"
-        ))));
     }
     params.extend(path_params);
     let ctx = Ctx {
@@ -548,7 +562,8 @@ fn proxy_check(shared: &Shared, node: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// Whether the schema lets API tokens call this endpoint (`allowtoken`).
+/// Whether the schema lets API tokens call this endpoint (`allowtoken`). An endpoint the
+/// schema does not know is not refused here: validation answers it with 501.
 fn allows_token(method: &str, path: &str) -> bool {
     let schema = Schema::vendored();
     schema
@@ -558,38 +573,8 @@ fn allows_token(method: &str, path: &str) -> bool {
         .is_none_or(|info| info.allowtoken)
 }
 
-/// Endpoints the issue asks for that `pve-api-subset.json` (and so the vendored schema)
-/// lacks, with their parameters from PVE's full API dump. Checked here by name only until
-/// the schema vendors them; remove an entry once it does.
-const UNVENDORED: &[(&str, &str, &[&str])] = &[
-    ("GET", "/cluster/status", &[]),
-    ("GET", "/access/permissions", &["path", "userid"]),
-];
-
 /// The one place requests meet the vendored schema.
 fn check_schema(method: &str, path: &str, params: &BTreeMap<String, String>) -> ApiResult<()> {
-    if let Some((_, _, allowed)) = UNVENDORED
-        .iter()
-        .find(|(m, p, _)| *m == method && *p == path)
-        && Schema::vendored().route(method, path).is_err()
-    {
-        let errors: BTreeMap<String, String> = params
-            .keys()
-            .filter(|k| !allowed.contains(&k.as_str()))
-            .map(|k| {
-                (
-                    k.clone(),
-                    "property is not defined in schema and the schema does not allow additional properties"
-                        .to_string(),
-                )
-            })
-            .collect();
-        return if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Params(errors))
-        };
-    }
     match Schema::vendored().check(method, path, params) {
         Ok(_) => Ok(()),
         Err(SchemaError::NotImplemented) => Err(ApiError::NotImplemented {

@@ -218,3 +218,95 @@ async fn cluster_status_lists_the_cluster_and_its_nodes() {
     assert_eq!(list[1]["name"], "pve1");
     assert_eq!(s.get_q("/cluster/status", &[("x", "1")]).await.status, 400);
 }
+
+#[tokio::test]
+async fn cluster_status_parameters_are_validated_by_the_vendored_schema() {
+    let s = sim().await;
+    let r = s.get_q("/cluster/status", &[("x", "1")]).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.message(), "Parameter verification failed.\n");
+    assert_eq!(
+        r.error("x"),
+        "property is not defined in schema and the schema does not allow additional properties"
+    );
+}
+
+fn fingerprints(nodes: &crate::Resp) -> Vec<(String, String)> {
+    nodes
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap().to_string(),
+                n["ssl_fingerprint"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn is_pve_fingerprint(fp: &str) -> bool {
+    fp.len() == 32 * 3 - 1
+        && fp.split(':').all(|b| {
+            b.len() == 2
+                && b.chars()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase())
+        })
+}
+
+#[tokio::test]
+async fn every_node_reports_its_own_ssl_fingerprint() {
+    let s = sim().await;
+    let fps = fingerprints(&s.get("/nodes").await);
+    assert_eq!(fps.len(), 3);
+    for (node, fp) in &fps {
+        assert!(is_pve_fingerprint(fp), "{node}: {fp}");
+    }
+    let distinct: std::collections::BTreeSet<&str> = fps.iter().map(|(_, f)| f.as_str()).collect();
+    assert_eq!(distinct.len(), 3, "{fps:?}");
+    // Derived from the node name, so another simulator reports the same ones.
+    let other = sim().await;
+    assert_eq!(fingerprints(&other.get("/nodes").await), fps);
+}
+
+#[tokio::test]
+async fn the_local_node_reports_the_fingerprint_of_the_served_certificate() {
+    let s = crate::sim_with(proxops_pve_sim::SimConfig {
+        tls: true,
+        ..proxops_pve_sim::SimConfig::default()
+    })
+    .await;
+    let client = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let get = |path: &'static str| {
+        client
+            .get(s.url(path))
+            .header("Authorization", crate::TOKEN)
+            .send()
+    };
+    let nodes: serde_json::Value = get("/nodes").await.unwrap().json().await.unwrap();
+    let status: serde_json::Value = get("/cluster/status").await.unwrap().json().await.unwrap();
+    let local = status["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["local"] == 1)
+        .unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(local, "pve1");
+    let served = s.sim.fingerprint().unwrap();
+    for n in nodes["data"].as_array().unwrap() {
+        let fp = n["ssl_fingerprint"].as_str().unwrap();
+        if n["node"] == local.as_str() {
+            assert_eq!(fp, served);
+        } else {
+            assert_ne!(fp, served, "{n}");
+            assert!(is_pve_fingerprint(fp), "{n}");
+        }
+    }
+}
