@@ -89,6 +89,7 @@ fn build(
     store: SharedStore,
     live: Arc<status::LiveStatus>,
     interrupt: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
 ) -> Result<Running, AgentError> {
     let source_config = config
         .source
@@ -120,6 +121,7 @@ fn build(
             mode: config.policy.mode,
             node_label: node_label(&config.node),
             interrupt,
+            metrics,
         },
         schedule,
     })
@@ -153,14 +155,15 @@ pub async fn run(
     }
     let live = Arc::new(status::LiveStatus::default());
     let interrupt = Arc::new(AtomicBool::new(false));
+    let metrics = Arc::new(Metrics::default());
     let mut running = build(
         &config,
         config_path,
         store.clone(),
         live.clone(),
         interrupt.clone(),
+        metrics.clone(),
     )?;
-    let metrics = Arc::new(Metrics::default());
 
     let (nudge_tx, mut nudge_rx) = mpsc::channel::<Nudge>(1);
     let webhook = config.webhook.as_ref().map(|w| {
@@ -229,7 +232,7 @@ pub async fn run(
             () = tokio::time::sleep(delay) => Trigger::Poll,
             Some(()) = reload.recv() => {
                 match AgentConfig::load(config_path) {
-                    Ok(config) => match build(&config, config_path, store.clone(), live.clone(), interrupt.clone()) {
+                    Ok(config) => match build(&config, config_path, store.clone(), live.clone(), interrupt.clone(), metrics.clone()) {
                         Ok(rebuilt) => {
                             tracing::info!("configuration reloaded");
                             running = rebuilt;

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::retry::Verdict;
 use crate::agent::status::{self, LastPass, LiveStatus};
 use crate::config::Mode;
-use crate::execute::{self, ApplyReport, Event, Progress};
+use crate::execute::{self, ApplyReport, Event, Outcome, Progress};
+use crate::http::metrics::Metrics;
 use crate::observe::error_text;
 use crate::reconcile::{self, Context, ReconcileError};
 use crate::source::git::{GitSource, Revision};
@@ -43,6 +44,8 @@ pub struct PassDeps {
     pub node_label: String,
     /// Set on shutdown: aborts a running git fetch.
     pub interrupt: Arc<AtomicBool>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
 }
 
 fn with_store<T>(store: &SharedStore, f: impl FnOnce(&mut Store) -> T) -> T {
@@ -145,7 +148,12 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         .any(|f| f.kind == FindingKind::ObserveFailed);
 
     let report = if deps.mode == Mode::Apply && plan.has_changes() {
-        let progress = recording_progress(deps.store.clone(), pass);
+        let progress = recording_progress(
+            deps.store.clone(),
+            deps.metrics.clone(),
+            pass,
+            cancel.clone(),
+        );
         Some(
             execute::apply(
                 &deps.context.pve,
@@ -265,12 +273,17 @@ fn placements(
         .collect()
 }
 
-/// Store ids of the actions of this pass, by (resource, node, verb).
-type ActionIds = BTreeMap<(ResourceId, String, String), ActionId>;
+/// Store ids and start times of the actions of this pass, by (resource, node, verb).
+type ActionIds = BTreeMap<(ResourceId, String, String), (ActionId, std::time::Instant)>;
 
 /// A progress sink that writes each action's start, task and result to the store as they
 /// happen; the UPID is stored before the wait begins.
-fn recording_progress(store: SharedStore, pass: PassId) -> Progress {
+fn recording_progress(
+    store: SharedStore,
+    metrics: Arc<Metrics>,
+    pass: PassId,
+    cancel: CancellationToken,
+) -> Progress {
     let ids: Arc<Mutex<ActionIds>> = Arc::default();
     let key = |a: &Action| (a.resource.clone(), a.node.clone(), a.verb.name().to_owned());
     Arc::new(move |event: &Event| {
@@ -283,26 +296,36 @@ fn recording_progress(store: SharedStore, pass: PassId) -> Progress {
                 if let Some(id) = with_store(&store, |s| {
                     log_store_error(s.record_action_started(pass, action, now))
                 }) {
-                    ids.insert(key(action), id);
+                    ids.insert(key(action), (id, std::time::Instant::now()));
                 }
             }
             Event::TaskStarted { action, upid } => {
-                if let Some(id) = ids.get(&key(action)) {
+                if let Some((id, _)) = ids.get(&key(action)) {
                     with_store(&store, |s| {
                         log_store_error(s.record_task_started(*id, upid, now))
                     });
                 }
             }
             Event::Finished { result } => {
-                let id = match ids.get(&key(&result.action)) {
-                    Some(id) => Some(*id),
+                // Shutdown stopped the wait, not the task: leave the action without a result
+                // so the next start re-attaches to its UPID instead of issuing it again.
+                if cancel.is_cancelled()
+                    && matches!(&result.outcome, Outcome::Failed { upid: Some(_), .. })
+                {
+                    return;
+                }
+                let started = ids.get(&key(&result.action)).copied();
+                let seconds = started.map_or(0.0, |(_, at)| at.elapsed().as_secs_f64());
+                let outcome = ActionOutcome::from(&result.outcome);
+                metrics.action(result.action.verb.name(), outcome.as_str(), seconds);
+                let id = match started {
+                    Some((id, _)) => Some(id),
                     // Skipped before it started: record it so the pass is complete.
                     None => with_store(&store, |s| {
                         log_store_error(s.record_action_started(pass, &result.action, now))
                     }),
                 };
                 if let Some(id) = id {
-                    let outcome = ActionOutcome::from(&result.outcome);
                     with_store(&store, |s| {
                         log_store_error(s.record_action_result(id, &outcome, now))
                     });

@@ -15,6 +15,7 @@ const ISO: &[u8] = b"installer bytes";
 
 struct Agent {
     child: Child,
+    config: std::path::PathBuf,
     listen: String,
     http: reqwest::Client,
     _daemon: GitDaemon,
@@ -46,17 +47,12 @@ impl Agent {
             fp = world.sim.fingerprint().unwrap(),
         );
         std::fs::write(dir.join("agent-daemon.toml"), config).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_proxops"))
-            .args(["agent", "--config"])
-            .arg(dir.join("agent-daemon.toml"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("agent.log")).unwrap())
-            .spawn()
-            .unwrap();
+        let config = dir.join("agent-daemon.toml");
         let log = dir.join("agent.log");
+        let child = spawn_agent(&config, &log);
         let agent = Agent {
             child,
+            config,
             listen,
             http: reqwest::Client::new(),
             _daemon: daemon,
@@ -64,6 +60,32 @@ impl Agent {
         };
         agent.wait_for(|s| s["last_attempted"].is_object()).await;
         agent
+    }
+
+    /// kill -9: no chance to record anything.
+    fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Starts the agent again on the same config and state directory.
+    fn respawn(&mut self) {
+        self.child = spawn_agent(&self.config, &self.log);
+    }
+
+    /// `proxops <command> --json --config <agent config>` (reads the DB when no agent runs).
+    fn cli_json(&self, command: &str) -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_proxops"))
+            .args([command, "--json", "--config"])
+            .arg(&self.config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
     }
 
     async fn get(&self, path: &str) -> serde_json::Value {
@@ -116,7 +138,7 @@ impl Agent {
         request.send().await.unwrap().status().as_u16()
     }
 
-    fn terminate(mut self) -> std::process::ExitStatus {
+    fn terminate(&mut self) -> std::process::ExitStatus {
         Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -137,6 +159,22 @@ impl Drop for Agent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn spawn_agent(config: &std::path::Path, log: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_proxops"))
+        .args(["agent", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 fn sign(body: &str) -> String {
@@ -256,6 +294,7 @@ async fn a_signed_push_webhook_gets_the_new_commit_applied_and_a_bad_signature_d
     assert!(go_status["last_cycle"]["commit"].is_string());
     assert!(!go_status.to_string().contains(SECRET));
 
+    let mut agent = agent;
     let exit = agent.terminate();
     assert!(exit.success(), "SIGTERM is a clean exit: {exit:?}");
 }
@@ -300,5 +339,103 @@ async fn an_invalid_commit_is_recorded_with_its_diagnostics_and_the_last_applied
         "an invalid revision writes nothing: {:?}",
         world.writes()
     );
+    let mut agent = agent;
     assert!(agent.terminate().success());
+}
+
+fn download_posts(world: &World) -> usize {
+    world
+        .writes()
+        .iter()
+        .filter(|r| r.endpoint.ends_with("/download-url"))
+        .count()
+}
+
+async fn wait_for_download_post(world: &World) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while download_posts(world) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never started the download"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_during_a_download_the_agent_reattaches_and_never_downloads_twice() {
+    let world = World::start_with(&[("a.iso", ISO)], Duration::from_secs(4)).await;
+    let repo = TestRepo::new();
+    let a = artifact(
+        "ISO",
+        "a",
+        &["pve1"],
+        "a.iso",
+        &format!("{}/a.iso", world.files_url),
+        None,
+    );
+    let commit = repo.commit_files(&[("iso/a.yaml", &a)], "one ISO");
+    let mut agent = Agent::start(&world, &repo).await;
+    wait_for_download_post(&world).await;
+    agent.kill9();
+
+    agent.respawn();
+    let status = agent
+        .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(commit.as_str()))
+        .await;
+    assert_eq!(
+        download_posts(&world),
+        1,
+        "the restarted agent re-attached instead of re-issuing"
+    );
+    assert!(
+        world
+            .listing("pve1", "local", "iso")
+            .await
+            .contains(&"local:iso/a.iso".to_owned())
+    );
+    let revisions = agent.get("/api/v1/revisions").await;
+    let outcomes: Vec<&str> = revisions
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["outcome"].as_str())
+        .collect();
+    assert!(
+        outcomes.contains(&"interrupted"),
+        "the killed pass is recorded as interrupted: {outcomes:?}"
+    );
+    assert!(status["last_applied"]["outcome"].is_string());
+    assert!(agent.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_pass_exits_cleanly_and_records_the_pass_as_interrupted() {
+    let world = World::start_with(&[("a.iso", ISO)], Duration::from_secs(4)).await;
+    let repo = TestRepo::new();
+    let a = artifact(
+        "ISO",
+        "a",
+        &["pve1"],
+        "a.iso",
+        &format!("{}/a.iso", world.files_url),
+        None,
+    );
+    let commit = repo.commit_files(&[("iso/a.yaml", &a)], "one ISO");
+    let mut agent = Agent::start(&world, &repo).await;
+    wait_for_download_post(&world).await;
+    let exit = agent.terminate();
+    assert!(exit.success(), "{exit:?}");
+
+    // No agent answers now: `proxops status` reads the database read-only.
+    let status = agent.cli_json("status");
+    assert_eq!(
+        status["last_attempted"]["outcome"], "interrupted",
+        "{status}"
+    );
+    assert_eq!(
+        status["last_attempted"]["commit"].as_str(),
+        Some(commit.as_str())
+    );
+    assert!(status["last_applied"].is_null());
 }

@@ -20,9 +20,14 @@ pub(crate) struct World {
 impl World {
     /// Starts the simulator (HTTPS, short tasks) and a file server serving `files`.
     pub(crate) async fn start(files: &[(&str, &[u8])]) -> World {
+        World::start_with(files, Duration::from_millis(50)).await
+    }
+
+    /// As [`World::start`], with every PVE task taking `task_duration`.
+    pub(crate) async fn start_with(files: &[(&str, &[u8])], task_duration: Duration) -> World {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let config = SimConfig {
-            task_duration: Duration::from_millis(50),
+            task_duration,
             ..SimConfig::default()
         };
         let sim = proxops_pve_sim::start(config, listener).await.unwrap();
