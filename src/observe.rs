@@ -3,15 +3,27 @@
 //! This is the only place that maps PVE responses into core types. It never fails a pass:
 //! a listing that cannot be read is recorded as `Listing::Failed` for that (node, storage,
 //! content type), so the planner skips just that and the next pass retries (fail closed).
+//!
+//! Guests: one `GET /cluster/resources?type=vm` (a failure is kept as `resources: Err`, and
+//! the planner then writes nothing), then one `GET .../config` per guest the plan may touch
+//! (declared guests in scope that ProxOps owns or may adopt, and owned guests in scope that
+//! nothing declares, the prune candidates), plus `GET .../pending` for the running declared
+//! ones, so changes PVE still holds for a restart keep being reported.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-use proxops_core::manifest::{Spec, content_type};
-use proxops_core::observed::{Listing, ObservedState};
+use proxops_core::guest::{GuestType, LiveConfig};
+use proxops_core::manifest::{ADOPT, Placement, Spec, content_type};
+use proxops_core::observed::{Listing, ObservedGuest, ObservedState};
 use proxops_core::plan::NodeScope;
 use proxops_core::repository::DesiredState;
-use proxops_pve::{ContentType, PveClient};
+use proxops_pve::{ContentType, PveClient, ResourceType, request};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+
+/// Guest config reads in flight at once.
+const CONFIG_READS: usize = 16;
 
 /// The (storage → content types) to list on each node for the artifacts in scope.
 fn listings_needed(
@@ -47,12 +59,175 @@ pub async fn observe(pve: &PveClient, desired: &DesiredState, scope: &NodeScope)
         let pve = pve.clone();
         nodes.spawn(async move { observe_node(&pve, node, storages).await });
     }
-    while let Some(joined) = nodes.join_next().await {
-        // A panicked task is a bug; its node simply stays unobserved (fail closed).
-        let Ok(node_observed) = joined else { continue };
-        observed.storages.extend(node_observed.storages);
-    }
+    let guests = observe_guests(pve, desired, scope);
+    let (resources, ()) = tokio::join!(guests, async {
+        while let Some(joined) = nodes.join_next().await {
+            // A panicked task is a bug; its node simply stays unobserved (fail closed).
+            let Ok(node_observed) = joined else { continue };
+            observed.storages.extend(node_observed.storages);
+        }
+    });
+    observed.resources = resources;
     observed
+}
+
+/// What to read of one guest beyond its `/cluster/resources` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reads {
+    config: bool,
+    pending: bool,
+}
+
+/// The guests of the cluster, with the configs (and pending changes) the planner needs.
+async fn observe_guests(
+    pve: &PveClient,
+    desired: &DesiredState,
+    scope: &NodeScope,
+) -> Result<BTreeMap<u32, ObservedGuest>, String> {
+    let listed = match pve.cluster_resources(Some(ResourceType::Vm)).await {
+        Ok(listed) => listed,
+        Err(error) => {
+            let reason = error_text(&error);
+            tracing::warn!(%reason, "listing the cluster's guests failed");
+            return Err(reason);
+        }
+    };
+    let mut guests = BTreeMap::new();
+    for entry in listed {
+        let guest_type = match entry.resource_type.as_str() {
+            "qemu" => GuestType::Qemu,
+            "lxc" => GuestType::Lxc,
+            _ => continue,
+        };
+        let (Some(vmid), Some(node)) = (entry.vmid, entry.node.as_deref()) else {
+            continue;
+        };
+        let Ok(vmid) = u32::try_from(vmid) else {
+            continue;
+        };
+        let mut guest = ObservedGuest::new(
+            vmid,
+            node,
+            guest_type,
+            entry.status.as_deref().unwrap_or("unknown"),
+        )
+        .with_tags(entry.tags.as_deref().unwrap_or(""));
+        guest.template = entry.template.unwrap_or(false);
+        guest.lock = entry.lock.filter(|l| !l.is_empty());
+        guest.name = entry.name;
+        guests.insert(vmid, guest);
+    }
+
+    let reads = reads_needed(desired, scope, &guests);
+    let limit = Arc::new(Semaphore::new(CONFIG_READS));
+    let mut tasks = JoinSet::new();
+    for (vmid, read) in reads {
+        let Some(guest) = guests.get(&vmid) else {
+            continue;
+        };
+        let (pve, limit) = (pve.clone(), limit.clone());
+        let (node, guest_type) = (guest.node.clone(), guest.guest_type);
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await.ok();
+            let config = if read.config {
+                Some(read_config(&pve, &node, vmid, guest_type).await)
+            } else {
+                None
+            };
+            let pending = if read.pending {
+                Some(read_pending(&pve, &node, vmid, guest_type).await)
+            } else {
+                None
+            };
+            (vmid, config, pending)
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        let Ok((vmid, config, pending)) = joined else {
+            continue;
+        };
+        if let Some(guest) = guests.get_mut(&vmid) {
+            guest.config = config;
+            guest.pending = pending;
+        }
+    }
+    Ok(guests)
+}
+
+/// Which guests' configs (and pending changes) the planner will look at.
+fn reads_needed(
+    desired: &DesiredState,
+    scope: &NodeScope,
+    guests: &BTreeMap<u32, ObservedGuest>,
+) -> BTreeMap<u32, Reads> {
+    let mut reads = BTreeMap::new();
+    let mut declared = BTreeSet::new();
+    for resource in desired.manifest.resources() {
+        let Placement::Guest { node, vmid, .. } = &resource.placement else {
+            continue;
+        };
+        declared.insert(*vmid);
+        let Some(guest) = guests.get(vmid) else {
+            continue;
+        };
+        let adopt = resource.annotations.get(ADOPT).map(String::as_str) == Some("true");
+        if scope.includes(node) && guest.node == *node && (guest.is_owned() || adopt) {
+            reads.insert(
+                *vmid,
+                Reads {
+                    config: true,
+                    pending: guest.is_running(),
+                },
+            );
+        }
+    }
+    for guest in guests.values() {
+        if guest.is_owned() && scope.includes(&guest.node) && !declared.contains(&guest.vmid) {
+            reads.insert(
+                guest.vmid,
+                Reads {
+                    config: true,
+                    pending: false,
+                },
+            );
+        }
+    }
+    reads
+}
+
+async fn read_config(
+    pve: &PveClient,
+    node: &str,
+    vmid: u32,
+    guest_type: GuestType,
+) -> Result<LiveConfig, String> {
+    let req = match guest_type {
+        GuestType::Qemu => request::qemu_config(node, vmid, false),
+        GuestType::Lxc => request::lxc_config(node, vmid, false),
+    };
+    let body = pve.execute(&req).await.map_err(|e| error_text(&e))?;
+    LiveConfig::from_json(guest_type, &body).map_err(|e| e.to_string())
+}
+
+async fn read_pending(
+    pve: &PveClient,
+    node: &str,
+    vmid: u32,
+    guest_type: GuestType,
+) -> Result<BTreeSet<String>, String> {
+    let req = match guest_type {
+        GuestType::Qemu => request::qemu_pending(node, vmid),
+        GuestType::Lxc => request::lxc_pending(node, vmid),
+    };
+    let body = pve.execute(&req).await.map_err(|e| error_text(&e))?;
+    let entries = body
+        .as_array()
+        .ok_or_else(|| "pending changes are not a list".to_owned())?;
+    Ok(entries
+        .iter()
+        .filter(|e| e.get("pending").is_some() || e.get("delete").is_some())
+        .filter_map(|e| e.get("key").and_then(|k| k.as_str()).map(str::to_owned))
+        .collect())
 }
 
 async fn observe_node(

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use proxops_core::diagnostic::Diagnostic;
-use proxops_core::plan::{self, NodeScope, Plan, Policy};
+use proxops_core::plan::{self, DEFAULT_MAX_PRUNE, Inventory, NodeScope, Plan, Policy};
 use proxops_core::repository::{DesiredState, Layout};
 use proxops_pve::PveClient;
 use serde::Serialize;
@@ -26,6 +26,32 @@ pub struct Context {
     pub scope: NodeScope,
     /// How actions are run.
     pub execute: execute::Options,
+}
+
+/// The planner's policy and the inventory of owned guests, beyond the node scope.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// Delete owned guests no manifest declares (`[policy] prune`).
+    pub prune: bool,
+    /// At most this many prunes per pass (`[policy] max_prune`).
+    pub max_prune: u32,
+    /// Restart running guests to apply pending changes (`[policy] restart_on_change`).
+    pub restart_on_change: bool,
+    /// The owned guests as recorded by the agent's store; `None` (the CLI, which has no
+    /// store) counts every observed guest with the ownership tag.
+    pub inventory: Option<Inventory>,
+}
+
+impl Default for PlanOptions {
+    /// Prune off, `max_prune` 3, no restarts, inventory from tags.
+    fn default() -> Self {
+        Self {
+            prune: false,
+            max_prune: DEFAULT_MAX_PRUNE,
+            restart_on_change: false,
+            inventory: None,
+        }
+    }
 }
 
 /// Plan only, or plan and apply.
@@ -112,16 +138,29 @@ pub fn desired_state(
         .ok_or_else(|| ReconcileError::Invalid(loaded.diagnostics.clone()))
 }
 
-/// Observes PVE and plans: no writes.
+/// Observes PVE and plans with the default policy (no prune, no restarts): no writes.
 pub async fn observe_and_plan(ctx: &Context, desired: &DesiredState) -> Plan {
+    observe_and_plan_with(ctx, desired, &PlanOptions::default()).await
+}
+
+/// Observes PVE and plans under `options`: no writes.
+pub async fn observe_and_plan_with(
+    ctx: &Context,
+    desired: &DesiredState,
+    options: &PlanOptions,
+) -> Plan {
     let observed = observe::observe(&ctx.pve, desired, &ctx.scope).await;
-    plan::plan(
-        desired,
-        &observed,
-        &Policy {
-            scope: ctx.scope.clone(),
-        },
-    )
+    let inventory = match &options.inventory {
+        Some(inventory) => inventory.clone(),
+        None => Inventory::from_tags(&observed),
+    };
+    let policy = Policy {
+        scope: ctx.scope.clone(),
+        prune: options.prune,
+        max_prune: options.max_prune,
+        restart_on_change: options.restart_on_change,
+    };
+    plan::plan(desired, &observed, &inventory, &policy)
 }
 
 /// One whole pass over a revision's files.
@@ -133,11 +172,12 @@ pub async fn reconcile_once(
     files: &BTreeMap<String, String>,
     cluster: Option<&str>,
     mode: Mode,
+    options: &PlanOptions,
     progress: &Progress,
     cancel: &CancellationToken,
 ) -> Result<Pass, ReconcileError> {
     let desired = desired_state(files, cluster)?;
-    let plan = observe_and_plan(ctx, &desired).await;
+    let plan = observe_and_plan_with(ctx, &desired, options).await;
     let report = match mode {
         Mode::Apply if plan.has_changes() => {
             Some(execute::apply(&ctx.pve, &desired, &plan, &ctx.execute, progress, cancel).await)

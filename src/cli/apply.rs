@@ -36,7 +36,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
     let ctx = &prepared.context;
     let desired = reconcile::desired_state(&prepared.files, prepared.cluster.as_deref())
         .map_err(output::reconcile_error)?;
-    let plan = reconcile::observe_and_plan(ctx, &desired).await;
+    let plan = reconcile::observe_and_plan_with(ctx, &desired, &prepared.plan).await;
     let mut pass = Pass {
         cluster: desired.cluster.clone(),
         plan,
@@ -49,7 +49,12 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
         if args.pass.json {
             output::print_json(&pass)?;
         }
-        return Ok(Exit::Success);
+        // Nothing could be written because PVE's guest listing failed: not a success.
+        return Ok(if pass.plan.aborted.is_some() {
+            Exit::Failure
+        } else {
+            Exit::Success
+        });
     }
     if !args.yes {
         if !std::io::stdin().is_terminal() {

@@ -10,7 +10,7 @@ use proxops_pve::{PveClient, WaitOptions};
 
 use crate::config::{AgentConfig, NodeScope};
 use crate::execute;
-use crate::reconcile::Context;
+use crate::reconcile::{Context, PlanOptions};
 use crate::source::directory::read_manifest_files;
 
 /// Default config path, as packaged.
@@ -45,6 +45,9 @@ pub struct Prepared {
     pub cluster: Option<String>,
     /// The reconcile context.
     pub context: Context,
+    /// Prune and restart policy from `[policy]`; the CLI has no store, so the owned guests
+    /// are the observed ones with the ownership tag.
+    pub plan: PlanOptions,
 }
 
 impl PassArgs {
@@ -72,10 +75,17 @@ impl PassArgs {
                 lock_retry_for: Duration::from_secs(60),
             },
         };
+        let plan = PlanOptions {
+            prune: config.policy.prune,
+            max_prune: config.policy.max_prune,
+            restart_on_change: config.policy.restart_on_change,
+            inventory: None,
+        };
         Ok(Prepared {
             files,
             cluster: self.cluster.clone().or(config.cluster),
             context,
+            plan,
         })
     }
 }

@@ -32,6 +32,7 @@ pub(crate) async fn run_pass(pass: &PassArgs) -> anyhow::Result<Exit> {
         &prepared.files,
         prepared.cluster.as_deref(),
         Mode::Plan,
+        &prepared.plan,
         &no_progress,
         &CancellationToken::new(),
     )
@@ -45,7 +46,9 @@ pub(crate) async fn run_pass(pass: &PassArgs) -> anyhow::Result<Exit> {
     } else {
         output::print_plan(&pass_result);
     }
-    Ok(if pass_result.plan.has_changes() {
+    Ok(if pass_result.plan.aborted.is_some() {
+        Exit::Failure
+    } else if pass_result.plan.has_changes() {
         Exit::ChangesPending
     } else {
         Exit::Success

@@ -1,12 +1,15 @@
 //! Execute: run a `Plan` against PVE and report what happened. It never decides what to
 //! change (the planner did); it only orders, limits and waits.
 //!
-//! Levels run in order. Within a level actions run concurrently, at most
-//! `concurrency_per_node` at a time per node; downloads to the same (node, storage) run one
-//! after the other. Every PVE task is waited for. A failed action skips only the actions that
-//! depend on it on the same node; independent actions continue.
+//! Levels run in order. Within a level the actions of one guest (create then start, update
+//! then reboot, shutdown then delete) run in plan order, one after the other, and stop at the
+//! first failure; different guests run concurrently, at most `concurrency_per_node` at a time
+//! per node. Downloads to the same (node, storage) run one after the other, and so do clones
+//! from the same source template. Every PVE task is waited for. A failed action skips only
+//! the actions that depend on it on the same node; independent actions continue.
 
 mod download;
+mod guest;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -14,6 +17,7 @@ use std::time::Duration;
 
 use proxops_core::plan::{Action, Plan, Verb};
 use proxops_core::repository::DesiredState;
+use proxops_core::resource::Kind;
 use proxops_core::resource::ResourceId;
 use proxops_pve::{PveClient, WaitOptions};
 use serde::Serialize;
@@ -72,6 +76,34 @@ impl ApplyReport {
             .all(|r| matches!(r.outcome, Outcome::Succeeded { .. }))
     }
 
+    /// What the inventory of owned guests should learn from this apply: guests created,
+    /// cloned, promoted or written to (an adopted guest is claimed by its first update) are
+    /// owned; guests whose delete succeeded are not any more. A failed delete stays owned, so
+    /// the next pass retries it.
+    pub fn inventory_changes(&self) -> InventoryChanges {
+        let mut changes = InventoryChanges::default();
+        for result in &self.results {
+            if !matches!(result.outcome, Outcome::Succeeded { .. }) {
+                continue;
+            }
+            let a = &result.action;
+            let Some(guest) = a.verb.guest() else {
+                continue;
+            };
+            match &a.verb {
+                Verb::Delete(_) => changes.released.push((a.node.clone(), guest.vmid)),
+                Verb::Create(_) | Verb::Clone(_) | Verb::Update(_) | Verb::Promote(_) => {
+                    let entry = (a.node.clone(), guest.vmid, a.resource.clone());
+                    if !changes.owned.contains(&entry) {
+                        changes.owned.push(entry);
+                    }
+                }
+                _ => {}
+            }
+        }
+        changes
+    }
+
     /// How many actions ended each way: (succeeded, failed, skipped).
     pub fn counts(&self) -> (usize, usize, usize) {
         let mut counts = (0, 0, 0);
@@ -84,6 +116,15 @@ impl ApplyReport {
         }
         counts
     }
+}
+
+/// Changes to the inventory of owned guests after an apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InventoryChanges {
+    /// (node, vmid, resource) now owned.
+    pub owned: Vec<(String, u32, ResourceId)>,
+    /// (node, vmid) deleted, no longer owned.
+    pub released: Vec<(String, u32)>,
 }
 
 /// What happened to one action.
@@ -147,53 +188,108 @@ pub async fn apply(
         .map(|key| (key, Arc::default()))
         .collect();
 
+    let shared_desired = Arc::new(desired.clone());
     for level in &plan.levels {
+        // The actions of one guest (or one download) on one node, in plan order.
+        let mut groups: BTreeMap<(ResourceId, String), Vec<(usize, &Action)>> = BTreeMap::new();
+        for (index, action) in level.iter().enumerate() {
+            groups
+                .entry((action.resource.clone(), action.node.clone()))
+                .or_default()
+                .push((index, action));
+        }
         let mut running = JoinSet::new();
         let mut level_results = Vec::new();
-        for (index, action) in level.iter().enumerate() {
-            if let Some(reason) = waiting_on(desired, action, &not_ready) {
-                level_results.push((index, skipped(action, reason, progress)));
+        for (_, group) in groups {
+            let first = group[0].1;
+            if let Some(reason) = waiting_on(desired, first, &not_ready) {
+                for (index, action) in group {
+                    level_results.push((index, skipped(action, reason.clone(), progress)));
+                }
                 continue;
             }
             if cancel.is_cancelled() {
-                level_results.push((index, skipped(action, "interrupted".to_owned(), progress)));
+                for (index, action) in group {
+                    level_results
+                        .push((index, skipped(action, "interrupted".to_owned(), progress)));
+                }
                 continue;
             }
+            let group: Vec<(usize, Action)> =
+                group.into_iter().map(|(i, a)| (i, a.clone())).collect();
             let pve = pve.clone();
-            let action = action.clone();
+            let desired = shared_desired.clone();
             let options = options.clone();
             let progress = progress.clone();
             let cancel = cancel.clone();
-            let node_limit = node_limits.get(&action.node).cloned();
-            let storage_lock =
-                serialised_on(&action).and_then(|key| storage_locks.get(&key).cloned());
+            let node_limit = node_limits.get(&first.node).cloned();
+            let locks: Vec<Option<Arc<Mutex<()>>>> = group
+                .iter()
+                .map(|(_, a)| serialised_on(a).and_then(|key| storage_locks.get(&key).cloned()))
+                .collect();
             running.spawn(async move {
                 let _permit = match &node_limit {
                     Some(limit) => limit.acquire().await.ok(),
                     None => None,
                 };
-                let _serialised = match &storage_lock {
-                    Some(lock) => Some(lock.lock().await),
-                    None => None,
-                };
-                progress(&Event::Started {
-                    action: action.clone(),
-                });
-                let outcome = match &action.verb {
-                    Verb::Download(d) => {
-                        download::run(&pve, &action, d, &options, &progress, &cancel).await
+                let mut results = Vec::new();
+                let mut failed: Option<String> = None;
+                for ((index, action), lock) in group.into_iter().zip(locks) {
+                    if let Some(verb) = &failed {
+                        results.push((
+                            index,
+                            skipped(
+                                &action,
+                                format!("{verb} of {} did not succeed", action.resource),
+                                &progress,
+                            ),
+                        ));
+                        continue;
                     }
-                };
-                let result = ActionResult { action, outcome };
-                progress(&Event::Finished {
-                    result: result.clone(),
-                });
-                (index, result)
+                    if cancel.is_cancelled() {
+                        results
+                            .push((index, skipped(&action, "interrupted".to_owned(), &progress)));
+                        continue;
+                    }
+                    let _serialised = match &lock {
+                        Some(lock) => Some(lock.lock().await),
+                        None => None,
+                    };
+                    progress(&Event::Started {
+                        action: action.clone(),
+                    });
+                    let outcome = match &action.verb {
+                        Verb::Download(d) => {
+                            download::run(&pve, &action, d, &options, &progress, &cancel).await
+                        }
+                        _ => {
+                            guest::GuestRun {
+                                pve: &pve,
+                                desired: &desired,
+                                action: &action,
+                                options: &options,
+                                progress: &progress,
+                                cancel: &cancel,
+                            }
+                            .run()
+                            .await
+                        }
+                    };
+                    if !matches!(outcome, Outcome::Succeeded { .. }) {
+                        failed = Some(action.verb.name().to_owned());
+                    }
+                    let result = ActionResult { action, outcome };
+                    progress(&Event::Finished {
+                        result: result.clone(),
+                    });
+                    results.push((index, result));
+                }
+                results
             });
         }
         while let Some(joined) = running.join_next().await {
             match joined {
-                Ok(done) => level_results.push(done),
+                Ok(done) => level_results.extend(done),
                 Err(error) => tracing::error!(%error, "an action task panicked"),
             }
         }
@@ -208,11 +304,17 @@ pub async fn apply(
     report
 }
 
-/// The (node, storage) an action must have to itself: downloads to one storage run one at a
-/// time, so two never race on the same file.
+/// What an action must have to itself: downloads to one (node, storage) run one at a time,
+/// so two never race on the same file; clones from one source template run one at a time,
+/// because PVE holds the source's config lock while it copies.
 fn serialised_on(action: &Action) -> Option<(String, String)> {
     match &action.verb {
         Verb::Download(d) => Some((action.node.clone(), d.storage.clone())),
+        Verb::Clone(c) => Some((
+            format!("{}/{}", Kind::TemplateVm, c.source),
+            c.source_vmid.to_string(),
+        )),
+        _ => None,
     }
 }
 

@@ -11,7 +11,7 @@ mod live;
 mod property;
 mod render;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 pub use compare::{CompareContext, Finding, FindingKind, GuestDiff, compare};
 pub use live::{LiveConfig, LiveEntry, LiveError, split_tags};
@@ -24,10 +24,21 @@ pub use render::{
 };
 
 /// The two PVE guest types, which have different config vocabularies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum GuestType {
     /// A QEMU VM (`/nodes/{n}/qemu/{id}`).
     Qemu,
     /// An LXC container (`/nodes/{n}/lxc/{id}`).
     Lxc,
+}
+
+impl GuestType {
+    /// PVE's name: `qemu` or `lxc`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GuestType::Qemu => "qemu",
+            GuestType::Lxc => "lxc",
+        }
+    }
 }

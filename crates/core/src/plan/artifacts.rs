@@ -153,7 +153,7 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use crate::observed::{Listing, ObservedState};
-    use crate::plan::{FindingKind, NodeScope, Plan, Policy, Verb, plan};
+    use crate::plan::{FindingKind, Inventory, NodeScope, Plan, Policy, Verb, plan};
     use crate::repository::{DesiredState, load};
 
     fn desired(docs: &[(&str, &str)]) -> DesiredState {
@@ -196,15 +196,14 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
     }
 
     fn all() -> Policy {
-        Policy {
-            scope: NodeScope::All,
-        }
+        Policy::new(NodeScope::All)
     }
 
     fn downloads(plan: &Plan) -> Vec<(String, String)> {
         plan.actions()
-            .map(|a| match &a.verb {
-                Verb::Download(d) => (a.node.clone(), d.volid.clone()),
+            .filter_map(|a| match &a.verb {
+                Verb::Download(d) => Some((a.node.clone(), d.volid.clone())),
+                _ => None,
             })
             .collect()
     }
@@ -221,7 +220,7 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
             "iso",
             &["local:iso/other.iso"],
         );
-        let plan = plan(&state, &observed, &all());
+        let plan = plan(&state, &observed, &Inventory::default(), &all());
         assert_eq!(
             downloads(&plan),
             [
@@ -229,7 +228,9 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
                 ("pve2".to_owned(), "local:iso/netinst.iso".to_owned())
             ]
         );
-        let Verb::Download(d) = &plan.levels[0][0].verb;
+        let Verb::Download(d) = &plan.levels[0][0].verb else {
+            panic!("a download")
+        };
         let checksum = d.checksum.as_ref().unwrap();
         assert_eq!(
             (checksum.algorithm.as_str(), d.content.as_str()),
@@ -255,7 +256,7 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
             "iso",
             &["local:iso/netinst.iso"],
         );
-        let plan = plan(&state, &observed, &all());
+        let plan = plan(&state, &observed, &Inventory::default(), &all());
         assert!(!plan.has_changes() && plan.findings.is_empty());
     }
 
@@ -271,7 +272,7 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
             "iso",
             Listing::Failed("500 storage offline".into()),
         );
-        let plan = plan(&state, &observed, &all());
+        let plan = plan(&state, &observed, &Inventory::default(), &all());
         assert_eq!(
             downloads(&plan),
             [("pve1".to_owned(), "local:iso/netinst.iso".to_owned())]
@@ -292,10 +293,11 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
         let state = desired(&[("iso.yaml", ISO)]);
         let mut observed = ObservedState::default();
         listed(&mut observed, "pve2", "local", "iso", &[]);
-        let policy = Policy {
-            scope: NodeScope::Node("pve2".into()),
-        };
-        assert_eq!(downloads(&plan(&state, &observed, &policy)).len(), 1);
+        let policy = Policy::new(NodeScope::Node("pve2".into()));
+        assert_eq!(
+            downloads(&plan(&state, &observed, &Inventory::default(), &policy)).len(),
+            1
+        );
     }
 
     #[test]
@@ -307,7 +309,7 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
             observed.add_listing(node, "local", "iso", Listing::Listed(BTreeSet::new()));
         }
         assert_eq!(
-            downloads(&plan(&state, &observed, &all())),
+            downloads(&plan(&state, &observed, &Inventory::default(), &all())),
             [("pve1".to_owned(), "local:iso/netinst.iso".to_owned())]
         );
     }
@@ -318,7 +320,7 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
         let mut observed = ObservedState::default();
         listed(&mut observed, "pve1", "local", "import", &[]);
         assert_eq!(
-            downloads(&plan(&state, &observed, &all())),
+            downloads(&plan(&state, &observed, &Inventory::default(), &all())),
             [("pve1".to_owned(), "local:import/cloud.qcow2".to_owned())]
         );
     }
@@ -327,8 +329,14 @@ spec: {node: pve1, storage: local, filename: cloud.qcow2, url: 'https://x.org/cl
     fn the_same_inputs_render_the_same_plan() {
         let state = desired(&[("iso.yaml", ISO), ("disk.yaml", DISK)]);
         let observed = ObservedState::default();
-        let a = crate::plan::render::render_human(&plan(&state, &observed, &all()), "x");
-        let b = crate::plan::render::render_human(&plan(&state, &observed, &all()), "x");
+        let a = crate::plan::render::render_human(
+            &plan(&state, &observed, &Inventory::default(), &all()),
+            "x",
+        );
+        let b = crate::plan::render::render_human(
+            &plan(&state, &observed, &Inventory::default(), &all()),
+            "x",
+        );
         assert_eq!(a, b);
     }
 }

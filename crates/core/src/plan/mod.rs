@@ -1,19 +1,25 @@
-//! The plan: `plan(desired, observed, policy) -> Plan`, pure and deterministic.
+//! The plan: `plan(desired, observed, inventory, policy) -> Plan`, pure and deterministic.
 //!
-//! A Plan is a list of levels of actions (level 0 holds downloads) plus findings. Actions
-//! say what to do, where and why; findings change nothing and are only reported. The
-//! executor (in the binary) runs the plan and never decides anything itself.
+//! A Plan is a list of levels of actions (level 0 holds downloads, later levels the guests at
+//! their dependency level, prunes in a last level of their own) plus findings. Actions say
+//! what to do, where and why; findings change nothing and are only reported. The executor
+//! (in the binary) runs the plan and never decides anything itself: the one thing it cannot
+//! know at plan time, the config write after a full clone, it asks [`clone_update`] for.
 
 mod artifacts;
+mod guests;
 pub mod render;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::guest::GuestType;
 use crate::observed::ObservedState;
 use crate::repository::DesiredState;
 use crate::resource::ResourceId;
+
+pub use guests::clone_update;
 
 /// What a pass would do.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -25,6 +31,9 @@ pub struct Plan {
     /// (resource, node) pairs not planned because something they depend on could not be
     /// observed or will not be ready on that node this pass.
     pub blocked: BTreeSet<(ResourceId, String)>,
+    /// Why nothing at all is written this pass (the guest listing failed), when so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<String>,
 }
 
 impl Plan {
@@ -52,21 +61,145 @@ pub struct Action {
     pub reason: String,
 }
 
-/// What an action does.
+/// What an action does. The order of the variants is the order in which the actions of one
+/// guest run (create before start, update before reboot, shutdown before delete).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(tag = "verb", rename_all = "kebab-case")]
 pub enum Verb {
     /// `POST /nodes/{node}/storage/{storage}/download-url`, then wait for the task.
     Download(Download),
+    /// `POST /nodes/{node}/qemu|lxc` (stopped), wait, then grow imported disks.
+    Create(Create),
+    /// `POST /nodes/{node}/qemu/{source}/clone` (full), wait, then write the VM's own config.
+    Clone(CloneFrom),
+    /// `PUT .../config` with only the changed keys, `delete=` and the observed `digest`.
+    Update(Update),
+    /// `POST .../status/shutdown`, wait.
+    Shutdown(GuestRef),
+    /// `POST .../template`: mark a (stopped) guest as a template.
+    Promote(GuestRef),
+    /// `POST .../status/start`, wait.
+    Start(GuestRef),
+    /// `POST .../status/reboot`, wait: applies pending changes.
+    Reboot(GuestRef),
+    /// `DELETE /nodes/{node}/qemu|lxc/{vmid}` (a prune), wait.
+    Delete(GuestRef),
 }
 
 impl Verb {
-    /// The verb's name as shown in plans (`download`, …).
+    /// The verb's name as shown in plans (`download`, `create`, …).
     pub fn name(&self) -> &'static str {
         match self {
             Verb::Download(_) => "download",
+            Verb::Create(_) => "create",
+            Verb::Clone(_) => "clone",
+            Verb::Update(_) => "update",
+            Verb::Shutdown(_) => "shutdown",
+            Verb::Promote(_) => "promote",
+            Verb::Start(_) => "start",
+            Verb::Reboot(_) => "reboot",
+            Verb::Delete(_) => "delete",
         }
     }
+
+    /// The guest an action acts on (`None` for downloads).
+    pub fn guest(&self) -> Option<GuestRef> {
+        match self {
+            Verb::Download(_) => None,
+            Verb::Create(c) => Some(GuestRef {
+                vmid: c.vmid,
+                guest_type: c.guest_type,
+            }),
+            Verb::Clone(c) => Some(GuestRef {
+                vmid: c.vmid,
+                guest_type: GuestType::Qemu,
+            }),
+            Verb::Update(u) => Some(GuestRef {
+                vmid: u.vmid,
+                guest_type: u.guest_type,
+            }),
+            Verb::Shutdown(g)
+            | Verb::Promote(g)
+            | Verb::Start(g)
+            | Verb::Reboot(g)
+            | Verb::Delete(g) => Some(*g),
+        }
+    }
+}
+
+/// A guest by its PVE identity on the action's node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct GuestRef {
+    /// Its vmid.
+    pub vmid: u32,
+    /// qemu or lxc.
+    pub guest_type: GuestType,
+}
+
+/// A guest to create.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Create {
+    /// Its vmid.
+    pub vmid: u32,
+    /// qemu or lxc.
+    pub guest_type: GuestType,
+    /// The create parameters (without `vmid`), e.g. `memory`, `scsi0`, `tags`, `start=0`.
+    pub params: BTreeMap<String, String>,
+    /// Disks to grow after the create (an imported image smaller than declared).
+    pub grow: Vec<Grow>,
+}
+
+/// Grow a volume to an absolute size (`PUT .../resize`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Grow {
+    /// The config key (`scsi0`, `rootfs`, `mp1`).
+    pub slot: String,
+    /// The size as PVE takes it (`32G`).
+    pub size: String,
+}
+
+/// A full clone of a TemplateVM.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct CloneFrom {
+    /// The new VM's vmid.
+    pub vmid: u32,
+    /// The TemplateVM (`metadata.name`).
+    pub source: String,
+    /// The template's vmid (clones from one source run one at a time).
+    pub source_vmid: u32,
+    /// The new VM's PVE `name`.
+    pub name: String,
+}
+
+/// A config write.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Update {
+    /// The guest's vmid.
+    pub vmid: u32,
+    /// qemu or lxc.
+    pub guest_type: GuestType,
+    /// Keys to write, only the changed ones.
+    pub set: BTreeMap<String, String>,
+    /// Keys to delete; never also in `set`.
+    pub delete: BTreeSet<String>,
+    /// The digest of the config the change was computed from; PVE refuses the write when
+    /// the config changed since (the next pass converges).
+    pub digest: Option<String>,
+    /// Volumes to grow after the write.
+    pub grow: Vec<Grow>,
+    /// What changes, for people: field, observed and desired values.
+    pub changes: Vec<Change>,
+}
+
+/// One field change of an update.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Change {
+    /// The PVE key (or `scsi0.size`).
+    pub field: String,
+    /// What PVE has (empty when absent).
+    pub observed: String,
+    /// What the manifest wants (empty for a delete).
+    pub desired: String,
 }
 
 /// A file PVE should fetch onto a storage.
@@ -120,6 +253,24 @@ pub struct Finding {
 pub enum FindingKind {
     /// PVE could not be read for this resource on this node; nothing is changed there.
     ObserveFailed,
+    /// An owned value differs and is not corrected (`proxops/drift: report`).
+    Drift,
+    /// PVE holds changes pending until the running guest restarts.
+    NeedsReboot,
+    /// A create-only field differs; only a recreate would apply it (never done).
+    RequiresRecreate,
+    /// The declared vmid is held by a guest ProxOps does not own.
+    UnmanagedVmid,
+    /// A disk, NIC, mount point or PCI slot exists live and is not declared (never removed).
+    LiveOnlySlot,
+    /// A pool change, a shrink, or a write that would replace a live volume (never done).
+    UnsafeVolumeChange,
+    /// A live template where a VM or LXC is declared (PVE cannot untemplate).
+    TemplateMismatch,
+    /// The guest is on another node than declared (e.g. moved by HA); never a second guest.
+    Moved,
+    /// A guest ProxOps owns that no manifest declares any more (not deleted).
+    Orphaned,
 }
 
 impl FindingKind {
@@ -127,6 +278,15 @@ impl FindingKind {
     pub fn name(self) -> &'static str {
         match self {
             FindingKind::ObserveFailed => "observe-failed",
+            FindingKind::Drift => "drift",
+            FindingKind::NeedsReboot => "needs-reboot",
+            FindingKind::RequiresRecreate => "requires-recreate",
+            FindingKind::UnmanagedVmid => "unmanaged-vmid",
+            FindingKind::LiveOnlySlot => "live-only-slot",
+            FindingKind::UnsafeVolumeChange => "unsafe-volume-change",
+            FindingKind::TemplateMismatch => "template-mismatch",
+            FindingKind::Moved => "moved",
+            FindingKind::Orphaned => "orphaned",
         }
     }
 }
@@ -150,24 +310,102 @@ impl NodeScope {
     }
 }
 
+/// The default `max_prune` (DESIGN.md §3).
+pub const DEFAULT_MAX_PRUNE: u32 = 3;
+
 /// What the planner may plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// The nodes planned.
     pub scope: NodeScope,
+    /// Delete owned guests no manifest declares (otherwise they are `orphaned` findings).
+    pub prune: bool,
+    /// At most this many prunes per pass; the rest are deferred and reported.
+    pub max_prune: u32,
+    /// Restart a running guest to apply changes PVE left pending (otherwise `needs-reboot`).
+    pub restart_on_change: bool,
+}
+
+impl Policy {
+    /// The defaults for `scope`: no prune, `max_prune` 3, no restarts.
+    pub fn new(scope: NodeScope) -> Self {
+        Self {
+            scope,
+            prune: false,
+            max_prune: DEFAULT_MAX_PRUNE,
+            restart_on_change: false,
+        }
+    }
+}
+
+/// The guests ProxOps owns: prune is `inventory − desired`, never `observed − desired`.
+///
+/// The agent passes what its store recorded; the CLI, which has no store, passes the guests
+/// observed with the ownership tag ([`Inventory::from_tags`]). Either way a guest is only
+/// pruned while it still carries the tag.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inventory {
+    /// (node, vmid) → the resource that declared it.
+    pub guests: BTreeMap<(String, u32), ResourceId>,
+}
+
+impl Inventory {
+    /// An inventory from recorded (node, vmid, resource) entries.
+    pub fn recorded(entries: impl IntoIterator<Item = (String, u32, ResourceId)>) -> Self {
+        Self {
+            guests: entries
+                .into_iter()
+                .map(|(node, vmid, id)| ((node, vmid), id))
+                .collect(),
+        }
+    }
+
+    /// Every guest observed with the ownership tag, named by its PVE name (or `vmid-<id>`).
+    pub fn from_tags(observed: &ObservedState) -> Self {
+        let Ok(guests) = &observed.resources else {
+            return Self::default();
+        };
+        Self::recorded(guests.values().filter(|g| g.is_owned()).map(|g| {
+            let kind = guests::kind_of(g.guest_type, g.template);
+            let name = g
+                .name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| format!("vmid-{}", g.vmid));
+            (g.node.clone(), g.vmid, ResourceId::new(kind, name))
+        }))
+    }
 }
 
 /// Computes the plan for one desired state against what PVE reported.
 ///
-/// Pure and deterministic: the same inputs give a byte-identical plan.
-pub fn plan(desired: &DesiredState, observed: &ObservedState, policy: &Policy) -> Plan {
+/// Pure and deterministic: the same inputs give a byte-identical plan. When the guest listing
+/// could not be read, the plan holds no action at all, only findings that say why.
+pub fn plan(
+    desired: &DesiredState,
+    observed: &ObservedState,
+    inventory: &Inventory,
+    policy: &Policy,
+) -> Plan {
     let mut plan = Plan::default();
-    let mut level0 = Vec::new();
-    artifacts::plan_artifacts(desired, observed, policy, &mut level0, &mut plan);
-    level0.sort();
-    if !level0.is_empty() {
-        plan.levels.push(level0);
+    if let Err(reason) = &observed.resources {
+        guests::abort(desired, policy, reason, &mut plan);
+        plan.findings.sort();
+        return plan;
     }
+    let mut levels: Vec<Vec<Action>> = vec![Vec::new(); desired.levels.len().max(1)];
+    artifacts::plan_artifacts(desired, observed, policy, &mut levels[0], &mut plan);
+    guests::plan_guests(desired, observed, policy, &mut levels, &mut plan);
+    let prunes = guests::plan_prune(desired, observed, inventory, policy, &mut plan);
+    levels.push(prunes);
+    for level in &mut levels {
+        level.sort();
+    }
+    while levels.last().is_some_and(Vec::is_empty) {
+        levels.pop();
+    }
+    plan.levels = levels;
     plan.findings.sort();
+    plan.findings.dedup();
     plan
 }

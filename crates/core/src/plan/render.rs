@@ -4,12 +4,95 @@
 
 use std::fmt::Write;
 
-use crate::plan::{Plan, Verb};
+use crate::plan::{Action, Plan, Update, Verb};
+
+/// The longest value shown in a change line; longer ones are cut with `…`.
+const MAX_VALUE: usize = 72;
+
+fn shown(value: &str) -> String {
+    if value.is_empty() {
+        return "(none)".to_owned();
+    }
+    if value.chars().count() > MAX_VALUE {
+        let cut: String = value.chars().take(MAX_VALUE).collect();
+        return format!("{cut}…");
+    }
+    value.to_owned()
+}
+
+fn render_update(out: &mut String, action: &Action, update: &Update) {
+    let head = format!("  ~ update {} on {}", action.resource, action.node);
+    let line = |c: &crate::plan::Change| {
+        if c.desired.is_empty() && !c.field.ends_with(".size") {
+            format!("{}: {} → (deleted)", c.field, shown(&c.observed))
+        } else {
+            format!(
+                "{}: {} → {}",
+                c.field,
+                shown(&c.observed),
+                shown(&c.desired)
+            )
+        }
+    };
+    match update.changes.as_slice() {
+        [one] => {
+            let _ = writeln!(out, "{head}: {}", line(one));
+        }
+        many => {
+            let _ = writeln!(out, "{head} (vmid {}):", update.vmid);
+            for change in many {
+                let _ = writeln!(out, "      {}", line(change));
+            }
+        }
+    }
+}
+
+fn render_action(out: &mut String, action: &Action) {
+    let (resource, node) = (&action.resource, &action.node);
+    match &action.verb {
+        Verb::Download(d) => {
+            let _ = writeln!(out, "  + download {resource} on {node} → {}", d.volid);
+            let _ = writeln!(out, "      from {}", d.url);
+            if let Some(c) = &d.checksum {
+                let _ = writeln!(out, "      {} {}", c.algorithm, c.value);
+            }
+        }
+        Verb::Create(c) => {
+            let _ = writeln!(out, "  + create {resource} on {node} (vmid {})", c.vmid);
+            for g in &c.grow {
+                let _ = writeln!(out, "      then grow {} to {}", g.slot, g.size);
+            }
+        }
+        Verb::Clone(c) => {
+            let _ = writeln!(
+                out,
+                "  + clone {resource} on {node} (vmid {}) from TemplateVM/{} (vmid {})",
+                c.vmid, c.source, c.source_vmid
+            );
+        }
+        Verb::Update(u) => render_update(out, action, u),
+        Verb::Delete(g) => {
+            let _ = writeln!(out, "  - delete {resource} on {node} (vmid {})", g.vmid);
+        }
+        verb => {
+            let vmid = verb.guest().map_or(0, |g| g.vmid);
+            let _ = writeln!(
+                out,
+                "  ~ {} {resource} on {node} (vmid {vmid})",
+                verb.name()
+            );
+        }
+    }
+    let _ = writeln!(out, "      because {}", action.reason);
+}
 
 /// Renders a plan for people. `title` names the desired state (e.g. `cluster homelab`).
 pub fn render_human(plan: &Plan, title: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{title}:");
+    if let Some(reason) = &plan.aborted {
+        let _ = writeln!(out, "  ! aborted: {reason}");
+    }
     if !plan.has_changes() && plan.findings.is_empty() {
         let _ = writeln!(out, "  no changes: PVE matches the desired state");
         return out;
@@ -20,20 +103,7 @@ pub fn render_human(plan: &Plan, title: &str) -> String {
         }
         let _ = writeln!(out, "  level {level}:");
         for action in actions {
-            match &action.verb {
-                Verb::Download(d) => {
-                    let _ = writeln!(
-                        out,
-                        "  + download {} on {} → {}",
-                        action.resource, action.node, d.volid
-                    );
-                    let _ = writeln!(out, "      from {}", d.url);
-                    if let Some(c) = &d.checksum {
-                        let _ = writeln!(out, "      {} {}", c.algorithm, c.value);
-                    }
-                }
-            }
-            let _ = writeln!(out, "      because {}", action.reason);
+            render_action(&mut out, action);
         }
     }
     for finding in &plan.findings {
@@ -46,13 +116,32 @@ pub fn render_human(plan: &Plan, title: &str) -> String {
             finding.message
         );
     }
-    let downloads = plan
-        .actions()
-        .filter(|a| matches!(a.verb, Verb::Download(_)))
-        .count();
+    let count = |f: fn(&Verb) -> bool| plan.actions().filter(|a| f(&a.verb)).count();
+    let downloads = count(|v| matches!(v, Verb::Download(_)));
+    let creates = count(|v| matches!(v, Verb::Create(_) | Verb::Clone(_)));
+    let updates = count(|v| matches!(v, Verb::Update(_)));
+    let deletes = count(|v| matches!(v, Verb::Delete(_)));
+    let power = count(|v| {
+        matches!(
+            v,
+            Verb::Start(_) | Verb::Shutdown(_) | Verb::Reboot(_) | Verb::Promote(_)
+        )
+    });
+    let mut parts = vec![format!("{downloads} to download")];
+    for (n, what) in [
+        (creates, "to create"),
+        (updates, "to update"),
+        (power, "power/template changes"),
+        (deletes, "to delete"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
     let _ = writeln!(
         out,
-        "  plan: {downloads} to download, {} {}",
+        "  plan: {}, {} {}",
+        parts.join(", "),
         plan.findings.len(),
         if plan.findings.len() == 1 {
             "finding"

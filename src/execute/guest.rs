@@ -1,0 +1,269 @@
+//! The guest actions: create, clone, update, start, shutdown, reboot, promote and delete,
+//! each sent with `proxops-pve`'s request builders and waited for when PVE runs a task.
+//!
+//! Nothing here decides what to change: the plan says it. The one write computed after the
+//! fact, the config of a fresh clone, comes from the core's `clone_update` over the config
+//! PVE reports for the clone. Writes PVE refuses because a guest or config lock is busy
+//! (`can't lock file ... got timeout`, `is locked`) are sent again with a doubling pause, for
+//! at most `lock_retry_for`; any other refusal fails the action (a digest mismatch too: the
+//! next pass observes afresh and converges).
+
+use std::time::Duration;
+
+use proxops_core::guest::{GuestType, LiveConfig};
+use proxops_core::plan::{Action, CloneFrom, Create, Grow, GuestRef, Update, Verb, clone_update};
+use proxops_core::repository::DesiredState;
+use proxops_pve::request::{self, CloneOptions, ConfigUpdate, DeleteOptions, Params};
+use proxops_pve::{PveClient, PveError, Request, TaskError, Upid, wait_for_task};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::execute::{Event, Options, Outcome, Progress};
+use crate::observe::error_text;
+
+/// Why a step of a guest action did not succeed.
+enum StepError {
+    /// PVE refused the request or the task failed.
+    Failed { upid: Option<String>, error: String },
+    /// Cancelled while waiting.
+    Interrupted,
+}
+
+type Step<T> = Result<T, StepError>;
+
+/// One guest action, from the request to the end of its last task.
+pub(super) struct GuestRun<'a> {
+    pub(super) pve: &'a PveClient,
+    pub(super) desired: &'a DesiredState,
+    pub(super) action: &'a Action,
+    pub(super) options: &'a Options,
+    pub(super) progress: &'a Progress,
+    pub(super) cancel: &'a CancellationToken,
+}
+
+impl GuestRun<'_> {
+    /// Runs the action and says how it ended.
+    pub(super) async fn run(&self) -> Outcome {
+        let result = match &self.action.verb {
+            Verb::Create(create) => self.create(create).await,
+            Verb::Clone(clone) => self.clone_from(clone).await,
+            Verb::Update(update) => self.update(update).await,
+            Verb::Start(g) => self.power(*g, Power::Start).await,
+            Verb::Shutdown(g) => self.power(*g, Power::Shutdown).await,
+            Verb::Reboot(g) => self.power(*g, Power::Reboot).await,
+            Verb::Promote(g) => self.promote(*g).await,
+            Verb::Delete(g) => self.delete(*g).await,
+            Verb::Download(_) => Err(StepError::Failed {
+                upid: None,
+                error: "not a guest action".to_owned(),
+            }),
+        };
+        match result {
+            Ok((upid, exitstatus)) => Outcome::Succeeded { upid, exitstatus },
+            Err(StepError::Failed { upid, error }) => Outcome::Failed { upid, error },
+            Err(StepError::Interrupted) => Outcome::Skipped {
+                reason: "interrupted".to_owned(),
+            },
+        }
+    }
+
+    fn node(&self) -> &str {
+        &self.action.node
+    }
+
+    /// Sends a write, again after a pause while PVE reports a busy lock.
+    async fn send(&self, req: &Request) -> Step<Value> {
+        let started = tokio::time::Instant::now();
+        let mut delay = Duration::from_millis(250);
+        loop {
+            match self.pve.execute(req).await {
+                Ok(value) => return Ok(value),
+                Err(error)
+                    if error.is_lock_timeout()
+                        && started.elapsed() < self.options.lock_retry_for =>
+                {
+                    tracing::info!(
+                        node = %self.action.node,
+                        resource = %self.action.resource,
+                        error = %error_text(&error),
+                        "guest locked; retrying"
+                    );
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return Err(StepError::Interrupted),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(error) => return Err(refused(req, &error)),
+            }
+        }
+    }
+
+    /// Waits for the task a write answered with (`null`: PVE did it synchronously).
+    async fn wait(&self, answer: &Value) -> Step<(Option<String>, String)> {
+        let Some(text) = answer.as_str() else {
+            return Ok((None, "OK".to_owned()));
+        };
+        let upid: Upid = text.parse().map_err(|_| StepError::Failed {
+            upid: None,
+            error: format!("PVE answered `{text}`, which is not a task id"),
+        })?;
+        (self.progress)(&Event::TaskStarted {
+            action: self.action.clone(),
+            upid: upid.to_string(),
+        });
+        match wait_for_task(self.pve, &upid, &self.options.wait, self.cancel).await {
+            Ok(status) => Ok((
+                Some(upid.to_string()),
+                status.exitstatus.unwrap_or_else(|| "OK".to_owned()),
+            )),
+            Err(TaskError::Cancelled { .. }) => Err(StepError::Interrupted),
+            Err(TaskError::Failed { exitstatus, .. }) => Err(StepError::Failed {
+                upid: Some(upid.to_string()),
+                error: exitstatus,
+            }),
+            Err(error) => Err(StepError::Failed {
+                upid: Some(upid.to_string()),
+                error: error_text(&error),
+            }),
+        }
+    }
+
+    async fn send_and_wait(&self, req: &Request) -> Step<(Option<String>, String)> {
+        let answer = self.send(req).await?;
+        self.wait(&answer).await
+    }
+
+    async fn create(&self, create: &Create) -> Step<(Option<String>, String)> {
+        let params = create
+            .params
+            .iter()
+            .fold(Params::new(), |p, (k, v)| p.set(k.clone(), v.clone()));
+        let req = match create.guest_type {
+            GuestType::Qemu => request::qemu_create(self.node(), create.vmid, &params),
+            GuestType::Lxc => request::lxc_create(self.node(), create.vmid, &params),
+        };
+        let done = self.send_and_wait(&req).await?;
+        self.grow(create.vmid, create.guest_type, &create.grow)
+            .await?;
+        Ok(done)
+    }
+
+    async fn grow(&self, vmid: u32, guest_type: GuestType, grow: &[Grow]) -> Step<()> {
+        for g in grow {
+            let req = match guest_type {
+                GuestType::Qemu => request::qemu_resize(self.node(), vmid, &g.slot, &g.size),
+                GuestType::Lxc => request::lxc_resize(self.node(), vmid, &g.slot, &g.size),
+            };
+            self.send_and_wait(&req).await?;
+        }
+        Ok(())
+    }
+
+    async fn clone_from(&self, clone: &CloneFrom) -> Step<(Option<String>, String)> {
+        let opts = CloneOptions {
+            newid: clone.vmid,
+            name: Some(clone.name.clone()).filter(|n| !n.is_empty()),
+            full: Some(true),
+            ..CloneOptions::default()
+        };
+        let req = request::qemu_clone(self.node(), clone.source_vmid, &opts);
+        let done = self.send_and_wait(&req).await?;
+        // The clone's own config, computed by the core from what PVE reports for it.
+        let read = request::qemu_config(self.node(), clone.vmid, false);
+        let body = self
+            .pve
+            .execute(&read)
+            .await
+            .map_err(|e| refused(&read, &e))?;
+        let live =
+            LiveConfig::from_json(GuestType::Qemu, &body).map_err(|e| StepError::Failed {
+                upid: done.0.clone(),
+                error: format!("reading the clone's config: {e}"),
+            })?;
+        if let Some(update) = clone_update(self.desired, &self.action.resource, &live) {
+            self.update(&update).await?;
+        }
+        Ok(done)
+    }
+
+    async fn update(&self, update: &Update) -> Step<(Option<String>, String)> {
+        let mut done = (None, "OK".to_owned());
+        if !update.set.is_empty() || !update.delete.is_empty() {
+            let change = ConfigUpdate {
+                set: update
+                    .set
+                    .iter()
+                    .fold(Params::new(), |p, (k, v)| p.set(k.clone(), v.clone())),
+                delete: update.delete.iter().cloned().collect(),
+                revert: Vec::new(),
+                digest: update.digest.clone(),
+            };
+            let req = match update.guest_type {
+                GuestType::Qemu => request::qemu_config_put(self.node(), update.vmid, &change),
+                GuestType::Lxc => request::lxc_config_put(self.node(), update.vmid, &change),
+            };
+            done = self.send_and_wait(&req).await?;
+        }
+        self.grow(update.vmid, update.guest_type, &update.grow)
+            .await?;
+        Ok(done)
+    }
+
+    async fn power(&self, g: GuestRef, power: Power) -> Step<(Option<String>, String)> {
+        let node = self.node();
+        let req = match (g.guest_type, power) {
+            (GuestType::Qemu, Power::Start) => request::qemu_start(node, g.vmid),
+            (GuestType::Qemu, Power::Shutdown) => request::qemu_shutdown(node, g.vmid, None),
+            (GuestType::Qemu, Power::Reboot) => request::qemu_reboot(node, g.vmid, None),
+            (GuestType::Lxc, Power::Start) => request::lxc_start(node, g.vmid),
+            (GuestType::Lxc, Power::Shutdown) => request::lxc_shutdown(node, g.vmid, None),
+            (GuestType::Lxc, Power::Reboot) => request::lxc_reboot(node, g.vmid, None),
+        };
+        match self.send_and_wait(&req).await {
+            // Already in the wanted state (lxc says so synchronously): nothing to do.
+            Err(StepError::Failed { error, .. })
+                if (power == Power::Start && error.contains("already running"))
+                    || (power == Power::Shutdown && error.contains("not running")) =>
+            {
+                Ok((None, "OK".to_owned()))
+            }
+            other => other,
+        }
+    }
+
+    async fn promote(&self, g: GuestRef) -> Step<(Option<String>, String)> {
+        let req = match g.guest_type {
+            GuestType::Qemu => request::qemu_template(self.node(), g.vmid),
+            // Answers `null` although PVE runs a worker.
+            GuestType::Lxc => request::lxc_template(self.node(), g.vmid),
+        };
+        self.send_and_wait(&req).await
+    }
+
+    async fn delete(&self, g: GuestRef) -> Step<(Option<String>, String)> {
+        let opts = DeleteOptions {
+            purge: true,
+            destroy_unreferenced_disks: false,
+        };
+        let req = match g.guest_type {
+            GuestType::Qemu => request::qemu_delete(self.node(), g.vmid, opts),
+            GuestType::Lxc => request::lxc_delete(self.node(), g.vmid, opts),
+        };
+        self.send_and_wait(&req).await
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Power {
+    Start,
+    Shutdown,
+    Reboot,
+}
+
+fn refused(req: &Request, error: &PveError) -> StepError {
+    StepError::Failed {
+        upid: None,
+        error: format!("{} {}: {}", req.method, req.path, error_text(error)),
+    }
+}
