@@ -24,6 +24,11 @@ struct Agent {
 
 impl Agent {
     async fn start(world: &World, repo: &TestRepo) -> Agent {
+        Agent::start_on(world, repo, "pve1").await
+    }
+
+    /// An agent for `node`, with its own config, state directory, port and log.
+    async fn start_on(world: &World, repo: &TestRepo, node: &str) -> Agent {
         let daemon = repo.serve();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -35,20 +40,21 @@ impl Agent {
         std::fs::write(dir.join("hook-secret"), SECRET).unwrap();
         let base = world.sim.base_url();
         let config = format!(
-            "node = \"pve1\"\nstate_dir = \"{state}\"\n\
+            "node = \"{node}\"\nstate_dir = \"{state}\"\n\
              [source]\nurl = \"{url}\"\nbranch = \"main\"\npoll = \"1h\"\n\
              [webhook]\nsecret_file = \"hook-secret\"\n\
              [http]\nlisten = \"{listen}\"\n\
              [pve]\nurl = \"{pve}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{fp}\"\n\
              [policy]\ntask_timeout = \"30s\"\n",
-            state = dir.join("state").display(),
+            state = dir.join(format!("state-{node}")).display(),
             url = daemon.url("origin.git"),
             pve = base.trim_end_matches("/api2/json"),
             fp = world.sim.fingerprint().unwrap(),
         );
-        std::fs::write(dir.join("agent-daemon.toml"), config).unwrap();
-        let config = dir.join("agent-daemon.toml");
-        let log = dir.join("agent.log");
+        let config_path = dir.join(format!("agent-{node}.toml"));
+        std::fs::write(&config_path, config).unwrap();
+        let config = config_path;
+        let log = dir.join(format!("agent-{node}.log"));
         let child = spawn_agent(&config, &log);
         let agent = Agent {
             child,
@@ -438,4 +444,38 @@ async fn sigterm_mid_pass_exits_cleanly_and_records_the_pass_as_interrupted() {
         Some(commit.as_str())
     );
     assert!(status["last_applied"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_agents_scoped_to_two_nodes_each_apply_only_their_own_node() {
+    let world = World::start(&[("a.iso", ISO)]).await;
+    let repo = TestRepo::new();
+    let a = artifact(
+        "ISO",
+        "a",
+        &["pve1", "pve2"],
+        "a.iso",
+        &format!("{}/a.iso", world.files_url),
+        None,
+    );
+    let commit = repo.commit_files(&[("iso/a.yaml", &a)], "on both nodes");
+    let mut first = Agent::start_on(&world, &repo, "pve1").await;
+    let mut second = Agent::start_on(&world, &repo, "pve2").await;
+    for agent in [&first, &second] {
+        agent
+            .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(commit.as_str()))
+            .await;
+    }
+    let posts: Vec<String> = world
+        .writes()
+        .into_iter()
+        .filter(|r| r.endpoint.ends_with("/download-url"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(posts.len(), 2, "{posts:?}");
+    assert!(posts.contains(&"/nodes/pve1/storage/local/download-url".to_owned()));
+    assert!(posts.contains(&"/nodes/pve2/storage/local/download-url".to_owned()));
+    assert_eq!(first.get("/api/v1/status").await["node"], "pve1");
+    assert_eq!(second.get("/api/v1/status").await["node"], "pve2");
+    assert!(first.terminate().success() && second.terminate().success());
 }
