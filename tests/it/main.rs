@@ -9,6 +9,8 @@ mod agent;
 mod artifacts;
 mod cli_validate;
 mod git_server;
+mod guests;
 mod readme;
 mod sim;
+mod sops;
 mod support;

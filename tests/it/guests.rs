@@ -1,0 +1,601 @@
+//! Guests end to end (issue 5, DESIGN.md §2.4–2.6, §3, §4): `proxops plan` and `proxops
+//! apply` against the simulator create, converge, report and prune VMs, LXCs and templates,
+//! and every request they send passes PVE's schema.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::sim::{World, artifact, assert_all_requests_valid};
+use crate::support::{repo_root, stderr, stdout};
+
+const IMAGE: &[u8] = b"a qcow2 disk image, one GiB once imported";
+const TARBALL: &[u8] = b"a container template tarball";
+const ISO: &[u8] = b"an installer image";
+
+/// Reads and writes the simulator's API directly (out-of-band changes, checks).
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    fn new(world: &World) -> Api {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Api {
+            base: world.sim.base_url(),
+            http: reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .build()
+                .unwrap(),
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, form: &[(&str, &str)]) -> Value {
+        let response = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header(
+                "Authorization",
+                "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
+            )
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "{path}: {status} {body}");
+        body["data"].clone()
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        self.call(reqwest::Method::GET, path, &[]).await
+    }
+
+    async fn put(&self, path: &str, form: &[(&str, &str)]) -> Value {
+        self.call(reqwest::Method::PUT, path, form).await
+    }
+
+    async fn post(&self, path: &str, form: &[(&str, &str)]) -> Value {
+        self.call(reqwest::Method::POST, path, form).await
+    }
+
+    /// A guest's config as text values (numbers as their decimal text).
+    async fn config(&self, node: &str, kind: &str, vmid: u32) -> serde_json::Map<String, Value> {
+        let data = self
+            .get(&format!("/nodes/{node}/{kind}/{vmid}/config"))
+            .await;
+        data.as_object().cloned().unwrap_or_default()
+    }
+
+    async fn status(&self, node: &str, kind: &str, vmid: u32) -> String {
+        let data = self
+            .get(&format!("/nodes/{node}/{kind}/{vmid}/status/current"))
+            .await;
+        data["status"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// vmids of every guest in the cluster.
+    async fn vmids(&self) -> Vec<u64> {
+        let data = self.get("/cluster/resources?type=vm").await;
+        let mut ids: Vec<u64> = data
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|g| g["vmid"].as_u64())
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+fn text(config: &serde_json::Map<String, Value>, key: &str) -> String {
+    match config.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+/// Exit code 0, or the output in the panic message.
+fn assert_ok(output: &std::process::Output) {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+const REFERENCE_VM: &str = "apiVersion: proxops/v1alpha1
+kind: VM
+metadata:
+  name: ci-vm
+spec:
+  node: pve1
+  vmid: 9100
+  memory: 2GiB
+  cpu: {type: host, cores: 2}
+  disks:
+    - {storage: local-lvm, image: debian-cloud, size: 8GiB, controller: virtio-scsi-single}
+  networks:
+    - {bridge: vmbr0}
+  hardware:
+    cloud-init: {enabled: true, storage: local-lvm}
+  options: {agent: true}
+  cloud-init-data:
+    ci-user: debian
+    ssh-keys:
+      - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey1 ops@example
+      - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey2 ci+bot@example
+    nameservers: [10.0.0.1, 10.0.0.2]
+    search-domains: [lab.example, example]
+    ipconfigs:
+      - {nic: 0, ip: 10.0.0.50/24, gateway: 10.0.0.1}
+";
+
+async fn reference_world() -> World {
+    let world = World::start(&[("debian.qcow2", IMAGE)]).await;
+    world.write(
+        "diskimage/debian-cloud.yaml",
+        Some(&artifact(
+            "DiskImage",
+            "debian-cloud",
+            &["pve1"],
+            "debian-13-genericcloud.qcow2",
+            &format!("{}/debian.qcow2", world.files_url),
+            None,
+        )),
+    );
+    world.write("vm/ci-vm.yaml", Some(REFERENCE_VM));
+    world
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reference_cloud_init_vm_is_created_started_and_matches_its_manifest_key_by_key() {
+    let world = reference_world().await;
+    let api = Api::new(&world);
+
+    let plan = world.proxops(&["plan"]).await;
+    assert_eq!(plan.status.code(), Some(2), "{}", stdout(&plan));
+    let out = stdout(&plan);
+    assert!(
+        out.contains("+ create VM/ci-vm on pve1 (vmid 9100)"),
+        "{out}"
+    );
+    assert!(out.contains("then grow scsi0 to 8G"), "{out}");
+
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    let config = api.config("pve1", "qemu", 9100).await;
+    let expect = [
+        ("ciuser", "debian"),
+        (
+            "sshkeys",
+            "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIKey1%20ops%40example%0Assh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIKey2%20ci%2Bbot%40example",
+        ),
+        ("nameserver", "10.0.0.1 10.0.0.2"),
+        ("searchdomain", "lab.example example"),
+        ("ipconfig0", "ip=10.0.0.50/24,gw=10.0.0.1"),
+        ("agent", "1"),
+        ("memory", "2048"),
+        ("cores", "2"),
+        ("cpu", "host"),
+        ("scsihw", "virtio-scsi-single"),
+        ("name", "ci-vm"),
+        ("tags", "proxops"),
+    ];
+    for (key, value) in expect {
+        assert_eq!(text(&config, key), value, "{key} in {config:?}");
+    }
+    let ide2 = text(&config, "ide2");
+    assert!(
+        ide2.starts_with("local-lvm:vm-9100-cloudinit") && ide2.contains("media=cdrom"),
+        "{ide2}"
+    );
+    let scsi0 = text(&config, "scsi0");
+    assert!(
+        scsi0.starts_with("local-lvm:vm-9100-disk-") && scsi0.contains("size=8G"),
+        "{scsi0}"
+    );
+    assert!(text(&config, "net0").contains("bridge=vmbr0"));
+    assert_eq!(api.status("pve1", "qemu", 9100).await, "running");
+
+    world.sim.control().clear_requests();
+    let again = world.proxops(&["plan"]).await;
+    assert_ok(&again);
+    assert!(stdout(&again).contains("no changes"), "{}", stdout(&again));
+    assert!(world.writes().is_empty(), "{:?}", world.writes());
+    assert_all_requests_valid(&world);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_band_changes_to_ciuser_and_sshkeys_are_corrected_or_only_reported() {
+    let world = reference_world().await;
+    let api = Api::new(&world);
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+
+    let tamper = || async {
+        api.put(
+            "/nodes/pve1/qemu/9100/config",
+            &[
+                ("ciuser", "intruder"),
+                (
+                    "sshkeys",
+                    "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIEvil%20x%40y",
+                ),
+            ],
+        )
+        .await;
+    };
+    tamper().await;
+    let plan = world.proxops(&["plan"]).await;
+    assert_eq!(plan.status.code(), Some(2), "{}", stdout(&plan));
+    let out = stdout(&plan);
+    assert!(out.contains("~ update VM/ci-vm on pve1"), "{out}");
+    assert!(out.contains("ciuser: intruder → debian"), "{out}");
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    let config = api.config("pve1", "qemu", 9100).await;
+    assert_eq!(text(&config, "ciuser"), "debian");
+    assert!(text(&config, "sshkeys").contains("Key1"));
+    assert!(!text(&config, "sshkeys").contains("Evil"));
+
+    // Report-only: recorded as drift, never written.
+    world.write(
+        "vm/ci-vm.yaml",
+        Some(&REFERENCE_VM.replace(
+            "  name: ci-vm\n",
+            "  name: ci-vm\n  annotations:\n    proxops/drift: report\n",
+        )),
+    );
+    tamper().await;
+    world.sim.control().clear_requests();
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    let out = stdout(&plan);
+    assert!(out.contains("! drift VM/ci-vm on pve1"), "{out}");
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    assert!(world.writes().is_empty(), "{:?}", world.writes());
+    let config = api.config("pve1", "qemu", 9100).await;
+    assert_eq!(text(&config, "ciuser"), "intruder");
+    assert_all_requests_valid(&world);
+}
+
+const CT_TEMPLATE: &str = "debian-12-standard_12.12-1_amd64.tar.zst";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_lxc_from_a_ct_template_is_created_and_running() {
+    let world = World::start(&[("ct.tar.zst", TARBALL)]).await;
+    let api = Api::new(&world);
+    world.write(
+        "ctt/debian-12.yaml",
+        Some(&artifact(
+            "CTTemplate",
+            "debian-12",
+            &["pve1"],
+            CT_TEMPLATE,
+            &format!("{}/ct.tar.zst", world.files_url),
+            None,
+        )),
+    );
+    world.write(
+        "lxc/dns-1.yaml",
+        Some(
+            "apiVersion: proxops/v1alpha1
+kind: LXC
+metadata: {name: dns-1}
+spec:
+  node: pve1
+  vmid: 201
+  template: debian-12
+  memory: 512MiB
+  swap: 512MiB
+  cpu: {cores: 1}
+  root: {storage: local-lvm, size: 8GiB}
+  networks:
+    - {bridge: vmbr0, ip: 192.0.2.53/24, gw: 192.0.2.1}
+  dns: {hostname: dns-1, nameservers: [1.1.1.1], domain: lab.example.org}
+  options: {unprivileged: true, nesting: true, onboot: true}
+  tags: [dns]
+",
+        ),
+    );
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    assert!(
+        stdout(&apply).contains("apply: 3 succeeded"),
+        "{}",
+        stdout(&apply)
+    );
+    assert_eq!(api.status("pve1", "lxc", 201).await, "running");
+    let config = api.config("pve1", "lxc", 201).await;
+    assert_eq!(text(&config, "hostname"), "dns-1");
+    assert_eq!(text(&config, "tags"), "dns;proxops");
+    assert!(text(&config, "features").contains("nesting=1"));
+    assert!(text(&config, "net0").contains("ip=192.0.2.53/24"));
+
+    world.sim.control().clear_requests();
+    let again = world.proxops(&["plan"]).await;
+    assert_ok(&again);
+    assert!(stdout(&again).contains("no changes"), "{}", stdout(&again));
+    assert_all_requests_valid(&world);
+}
+
+fn template_vm(vmid: u32) -> String {
+    format!(
+        "apiVersion: proxops/v1alpha1
+kind: TemplateVM
+metadata: {{name: golden}}
+spec:
+  node: pve1
+  vmid: {vmid}
+  memory: 1GiB
+  cpu: {{type: host, cores: 1}}
+  disks:
+    - {{storage: local-lvm, image: debian-cloud, size: 4GiB}}
+  networks:
+    - {{bridge: vmbr0}}
+  hardware:
+    cloud-init: {{enabled: true, storage: local-lvm}}
+  cloud-init-data:
+    ci-user: template-user
+    nameservers: [10.0.0.1]
+"
+    )
+}
+
+fn clone_vm(name: &str, vmid: u32) -> String {
+    format!(
+        "apiVersion: proxops/v1alpha1
+kind: VM
+metadata: {{name: {name}}}
+spec:
+  node: pve1
+  vmid: {vmid}
+  clone: golden
+  memory: 2GiB
+  cpu: {{type: host, cores: 2}}
+  networks:
+    - {{bridge: vmbr0}}
+  cloud-init-data:
+    ci-user: {name}-user
+  tags: [app]
+"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_vm_is_promoted_and_two_vms_are_cloned_from_it_without_lock_errors() {
+    let world = World::start(&[("debian.qcow2", IMAGE)]).await;
+    let api = Api::new(&world);
+    world.write(
+        "diskimage/debian-cloud.yaml",
+        Some(&artifact(
+            "DiskImage",
+            "debian-cloud",
+            &["pve1"],
+            "debian-13-genericcloud.qcow2",
+            &format!("{}/debian.qcow2", world.files_url),
+            None,
+        )),
+    );
+    world.write("templatevm/golden.yaml", Some(&template_vm(9000)));
+    world.write("vm/app-1.yaml", Some(&clone_vm("app-1", 301)));
+    world.write("vm/app-2.yaml", Some(&clone_vm("app-2", 302)));
+
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    let template = api.config("pve1", "qemu", 9000).await;
+    assert_eq!(text(&template, "template"), "1");
+    for (vmid, user) in [(301, "app-1-user"), (302, "app-2-user")] {
+        let config = api.config("pve1", "qemu", vmid).await;
+        assert_eq!(text(&config, "ciuser"), user);
+        assert_eq!(text(&config, "memory"), "2048");
+        assert_eq!(text(&config, "tags"), "app;proxops");
+        // Inherited identity the manifest does not own is removed.
+        assert_eq!(text(&config, "nameserver"), "", "{config:?}");
+        assert_eq!(api.status("pve1", "qemu", vmid).await, "running");
+    }
+    let locked: Vec<_> = world
+        .requests()
+        .into_iter()
+        .filter(|r| r.status >= 400)
+        .collect();
+    assert!(locked.is_empty(), "no request was refused: {locked:?}");
+
+    world.sim.control().clear_requests();
+    let again = world.proxops(&["plan"]).await;
+    assert_ok(&again);
+    assert!(stdout(&again).contains("no changes"), "{}", stdout(&again));
+    assert_all_requests_valid(&world);
+}
+
+fn small_vm(name: &str, vmid: u32, extra: &str) -> String {
+    format!(
+        "apiVersion: proxops/v1alpha1
+kind: VM
+metadata: {{name: {name}}}
+spec:
+  node: pve1
+  vmid: {vmid}
+  memory: 1GiB
+  cpu: {{type: host, cores: 1}}
+  disks:
+    - {{storage: local-lvm, size: 1GiB}}
+  networks:
+    - {{bridge: vmbr0}}
+{extra}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_concurrent_edit_between_observe_and_update_overwrites_nothing_and_converges_next_pass() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    world.write("vm/db.yaml", Some(&small_vm("db", 110, "")));
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+
+    world.write(
+        "vm/db.yaml",
+        Some(&small_vm("db", 110, "").replace("memory: 1GiB", "memory: 2GiB")),
+    );
+    // The first write proxops sends finds the config locked; while it waits to retry,
+    // someone else edits the config.
+    world.sim.control().time_out_lock(110, 1);
+    let apply = {
+        let run = world.proxops(&["apply", "--yes"]);
+        let edit = async {
+            loop {
+                let refused = world.requests().iter().any(|r| {
+                    r.method == "PUT" && r.path == "/nodes/pve1/qemu/110/config" && r.status == 500
+                });
+                if refused {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            api.put("/nodes/pve1/qemu/110/config", &[("onboot", "1")])
+                .await;
+        };
+        let (apply, ()) = tokio::join!(run, edit);
+        apply
+    };
+    assert_eq!(apply.status.code(), Some(1), "{}", stdout(&apply));
+    assert!(
+        stdout(&apply).contains("checksum mismatch"),
+        "{}",
+        stdout(&apply)
+    );
+    let config = api.config("pve1", "qemu", 110).await;
+    assert_eq!(text(&config, "memory"), "1024", "nothing overwritten");
+    assert_eq!(text(&config, "onboot"), "1");
+
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    let config = api.config("pve1", "qemu", 110).await;
+    assert_eq!(text(&config, "memory"), "2048");
+    assert_eq!(text(&config, "onboot"), "1", "the other edit is kept");
+    assert_all_requests_valid(&world);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prune_is_a_finding_until_enabled_then_deletes_only_owned_unprotected_guests() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    world.write("vm/keep.yaml", Some(&small_vm("keep", 120, "")));
+    world.write("vm/old.yaml", Some(&small_vm("old", 121, "")));
+    world.write(
+        "vm/guarded.yaml",
+        Some(&small_vm("guarded", 122, "  options: {protection: true}\n")),
+    );
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    // A guest ProxOps never created.
+    api.post(
+        "/nodes/pve1/qemu",
+        &[("vmid", "150"), ("memory", "512"), ("name", "handmade")],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    world.write("vm/old.yaml", None);
+    world.write("vm/guarded.yaml", None);
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    let out = stdout(&plan);
+    assert!(out.contains("! orphaned VM/old on pve1"), "{out}");
+    assert!(out.contains("prune is off"), "{out}");
+    assert!(!out.contains("handmade"), "{out}");
+
+    let config = world.dir.path().join("agent.toml");
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml.push_str("prune = true\n");
+    std::fs::write(&config, toml).unwrap();
+    let plan = world.proxops(&["plan"]).await;
+    let out = stdout(&plan);
+    assert_eq!(plan.status.code(), Some(2), "{out}");
+    assert!(out.contains("- delete VM/old on pve1 (vmid 121)"), "{out}");
+    assert!(out.contains("protection is set"), "{out}");
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    assert_eq!(api.vmids().await, [120, 122, 150]);
+
+    // An empty revision deletes nothing.
+    world.write("vm/keep.yaml", None);
+    world.write("README.yaml", Some("# nothing declared\n"));
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    assert!(
+        stdout(&apply).contains("probable bad push"),
+        "{}",
+        stdout(&apply)
+    );
+    assert_eq!(api.vmids().await, [120, 122, 150]);
+    assert_all_requests_valid(&world);
+}
+
+/// Copies `examples/` into the world's repository with every download URL pointing at the
+/// world's file server.
+fn copy_examples(world: &World) {
+    let root = repo_root().join("examples");
+    for entry in walkdir::WalkDir::new(&root) {
+        let entry = entry.unwrap();
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let rel = entry.path().strip_prefix(&root).unwrap();
+        let mut text = std::fs::read_to_string(entry.path()).unwrap();
+        let rewritten: Vec<String> = text
+            .lines()
+            .map(|line| match line.trim_start().strip_prefix("url: ") {
+                Some(url) => {
+                    let file = url.rsplit('/').next().unwrap_or(url);
+                    format!("  url: {}/{file}", world.files_url)
+                }
+                None => line.to_owned(),
+            })
+            .collect();
+        text = rewritten.join("\n");
+        text.push('\n');
+        world.write(&rel.display().to_string(), Some(&text));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_manifests_in_the_go_programs_format_plan_and_apply_unchanged() {
+    let world = World::start(&[
+        ("debian-13.2.0-amd64-netinst.iso", ISO),
+        ("debian-12-standard_12.12-1_amd64.tar.zst", TARBALL),
+        ("debian-12-genericcloud-amd64.qcow2", IMAGE),
+    ])
+    .await;
+    let api = Api::new(&world);
+    copy_examples(&world);
+
+    let plan = world.proxops(&["plan", "--node", "*"]).await;
+    assert_eq!(
+        plan.status.code(),
+        Some(2),
+        "{}{}",
+        stdout(&plan),
+        stderr(&plan)
+    );
+    let apply = world.proxops(&["apply", "--yes", "--node", "*"]).await;
+    assert_ok(&apply);
+    assert_eq!(api.vmids().await, [101, 102, 103, 201, 9000]);
+    assert_eq!(api.status("pve1", "qemu", 101).await, "running");
+    assert_eq!(api.status("pve2", "qemu", 102).await, "stopped");
+    assert_eq!(api.status("pve1", "lxc", 201).await, "running");
+    assert_eq!(
+        text(&api.config("pve2", "qemu", 9000).await, "template"),
+        "1"
+    );
+
+    world.sim.control().clear_requests();
+    let again = world.proxops(&["plan", "--node", "*"]).await;
+    assert_ok(&again);
+    assert!(stdout(&again).contains("no changes"), "{}", stdout(&again));
+    assert!(world.writes().is_empty());
+    assert_all_requests_valid(&world);
+}
