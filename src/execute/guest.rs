@@ -94,7 +94,7 @@ impl GuestRun<'_> {
                     }
                     delay = (delay * 2).min(Duration::from_secs(5));
                 }
-                Err(error) => return Err(refused(req, &error)),
+                Err(error) => return Err(refused(&error)),
             }
         }
     }
@@ -171,11 +171,7 @@ impl GuestRun<'_> {
         let done = self.send_and_wait(&req).await?;
         // The clone's own config, computed by the core from what PVE reports for it.
         let read = request::qemu_config(self.node(), clone.vmid, false);
-        let body = self
-            .pve
-            .execute(&read)
-            .await
-            .map_err(|e| refused(&read, &e))?;
+        let body = self.pve.execute(&read).await.map_err(|e| refused(&e))?;
         let live =
             LiveConfig::from_json(GuestType::Qemu, &body).map_err(|e| StepError::Failed {
                 upid: done.0.clone(),
@@ -261,9 +257,10 @@ enum Power {
     Reboot,
 }
 
-fn refused(req: &Request, error: &PveError) -> StepError {
+/// The client's error already names the method and path.
+fn refused(error: &PveError) -> StepError {
     StepError::Failed {
         upid: None,
-        error: format!("{} {}: {}", req.method, req.path, error_text(error)),
+        error: error_text(error),
     }
 }

@@ -599,3 +599,224 @@ async fn the_example_manifests_in_the_go_programs_format_plan_and_apply_unchange
     assert!(world.writes().is_empty());
     assert_all_requests_valid(&world);
 }
+
+/// A small deterministic generator (xorshift64*), so every case can be replayed by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[usize::try_from(self.below(items.len() as u64)).unwrap()]
+    }
+
+    fn chance(&mut self) -> bool {
+        self.below(2) == 0
+    }
+
+    /// `Some(bool)` or `None`: a tri-state option.
+    fn tri(&mut self) -> Option<bool> {
+        match self.below(3) {
+            0 => None,
+            1 => Some(true),
+            _ => Some(false),
+        }
+    }
+}
+
+fn tri_line(out: &mut String, key: &str, value: Option<bool>) {
+    if let Some(v) = value {
+        out.push_str(&format!("    {key}: {v}\n"));
+    }
+}
+
+/// A random valid VM (no artifacts needed).
+fn random_vm(rng: &mut Rng, name: &str, vmid: u32) -> String {
+    let mut s = format!(
+        "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata: {{name: {name}}}\nspec:\n  node: pve1\n  vmid: {vmid}\n  state: {}\n  memory: {}MiB\n  cpu: {{type: {}, cores: {}}}\n  disks:\n",
+        rng.pick(&["started", "stopped"]),
+        512 * (1 + rng.below(6)),
+        rng.pick(&["host", "kvm64", "x86-64-v2-AES"]),
+        1 + rng.below(4)
+    );
+    let disks = 1 + rng.below(2);
+    for i in 0..disks {
+        let bus = rng.pick(&["scsi", "virtio", "sata"]);
+        s.push_str(&format!(
+            "    - storage: local-lvm\n      size: {}GiB\n      interface: {bus}{i}\n",
+            1 + rng.below(4)
+        ));
+        if rng.chance() {
+            s.push_str(&format!(
+                "      discard: \"{}\"\n",
+                rng.pick(&["on", "ignore"])
+            ));
+        }
+        if bus != "virtio" && rng.chance() {
+            s.push_str(&format!("      ssd: {}\n", rng.chance()));
+        }
+        if bus != "sata" && rng.chance() {
+            s.push_str("      iothread: true\n");
+        }
+    }
+    let nics = rng.below(3);
+    if nics > 0 {
+        s.push_str("  networks:\n");
+        for _ in 0..nics {
+            s.push_str(&format!("    - bridge: vmbr{}\n", rng.below(2)));
+            if rng.chance() {
+                s.push_str(&format!("      vlan: {}\n", 1 + rng.below(4000)));
+            }
+            if rng.chance() {
+                s.push_str(&format!("      firewall: {}\n", rng.chance()));
+            }
+        }
+    }
+    if rng.chance() {
+        s.push_str(&format!(
+            "  hardware:\n    machine: {}\n",
+            rng.pick(&["q35", "i440fx"])
+        ));
+    }
+    let mut options = String::new();
+    for key in ["onboot", "agent", "acpi", "tablet"] {
+        let value = rng.tri();
+        tri_line(&mut options, key, value);
+    }
+    if !options.is_empty() {
+        s.push_str("  options:\n");
+        s.push_str(&options);
+    }
+    if nics > 0 && rng.chance() {
+        s = s.replace(
+            "  hardware:\n",
+            "  hardware:\n    cloud-init: {enabled: true, storage: local-lvm}\n",
+        );
+        if !s.contains("cloud-init:") {
+            s.push_str("  hardware:\n    cloud-init: {enabled: true, storage: local-lvm}\n");
+        }
+        s.push_str(&format!(
+            "  cloud-init-data:\n    ci-user: {}\n    nameservers: [10.0.0.{}]\n    ipconfigs:\n      - {{nic: 0, ip: {}}}\n",
+            rng.pick(&["debian", "ops", "root"]),
+            1 + rng.below(9),
+            rng.pick(&["dhcp", "10.1.0.5/24"])
+        ));
+    }
+    if rng.chance() {
+        s.push_str(&format!(
+            "  pve-description: {}\n",
+            rng.pick(&["web tier", "db, primary", "scratch"])
+        ));
+    }
+    if rng.chance() {
+        s.push_str(&format!(
+            "  tags: [{}]\n",
+            rng.pick(&["web", "db, prod", "Blue, green"])
+        ));
+    }
+    s
+}
+
+/// A random valid LXC from the CTTemplate `debian-12`.
+fn random_lxc(rng: &mut Rng, name: &str, vmid: u32) -> String {
+    let mut s = format!(
+        "apiVersion: proxops/v1alpha1\nkind: LXC\nmetadata: {{name: {name}}}\nspec:\n  node: pve1\n  vmid: {vmid}\n  state: {}\n  template: debian-12\n  memory: {}MiB\n  cpu: {{cores: {}}}\n  root: {{storage: local-lvm, size: {}GiB}}\n",
+        rng.pick(&["started", "stopped"]),
+        256 * (1 + rng.below(4)),
+        1 + rng.below(3),
+        1 + rng.below(8)
+    );
+    if rng.chance() {
+        s.push_str(&format!("  swap: {}MiB\n", 256 * rng.below(3)));
+    }
+    if rng.chance() {
+        s.push_str(&format!(
+            "  networks:\n    - {{bridge: vmbr0, ip: {}}}\n",
+            rng.pick(&["dhcp", "192.0.2.9/24"])
+        ));
+    }
+    if rng.chance() {
+        s.push_str(&format!(
+            "  dns: {{hostname: {name}-host, nameservers: [1.1.1.1, 9.9.9.9], domain: lab.example}}\n"
+        ));
+    }
+    let mut options = String::new();
+    // Feature flags on a privileged container are root@pam-only (LIVE-FACTS §1.6): nesting
+    // is only declared for unprivileged ones.
+    let unprivileged = rng.tri();
+    tri_line(&mut options, "unprivileged", unprivileged);
+    if unprivileged == Some(true) {
+        let nesting = rng.tri();
+        tri_line(&mut options, "nesting", nesting);
+    }
+    let onboot = rng.tri();
+    tri_line(&mut options, "onboot", onboot);
+    let protection = rng.tri().map(|_| false);
+    tri_line(&mut options, "protection", protection);
+    if !options.is_empty() {
+        s.push_str("  options:\n");
+        s.push_str(&options);
+    }
+    if rng.chance() {
+        s.push_str("  pve-description: a container\n");
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn random_valid_manifests_applied_once_leave_nothing_to_plan() {
+    for seed in (1..=8_u64).map(|i| 0x5EED_0000 + i) {
+        let mut rng = Rng(seed);
+        let world = World::start(&[("ct.tar.zst", TARBALL)]).await;
+        world.write(
+            "ctt/debian-12.yaml",
+            Some(&artifact(
+                "CTTemplate",
+                "debian-12",
+                &["pve1"],
+                CT_TEMPLATE,
+                &format!("{}/ct.tar.zst", world.files_url),
+                None,
+            )),
+        );
+        let mut docs = Vec::new();
+        for i in 0..4 {
+            let vmid = 400 + i;
+            let doc = if rng.chance() {
+                random_vm(&mut rng, &format!("g{i}"), vmid)
+            } else {
+                random_lxc(&mut rng, &format!("g{i}"), vmid)
+            };
+            world.write(&format!("guests/g{i}.yaml"), Some(&doc));
+            docs.push(doc);
+        }
+        let apply = world.proxops(&["apply", "--yes"]).await;
+        assert_eq!(
+            apply.status.code(),
+            Some(0),
+            "seed {seed:#x}\n{}\n{}{}",
+            docs.join("---\n"),
+            stdout(&apply),
+            stderr(&apply)
+        );
+        world.sim.control().clear_requests();
+        let plan = world.proxops(&["plan"]).await;
+        assert!(
+            plan.status.code() == Some(0) && stdout(&plan).contains("no changes"),
+            "seed {seed:#x}: the next plan is not empty\n{}\n{}",
+            docs.join("---\n"),
+            stdout(&plan)
+        );
+        assert!(world.writes().is_empty());
+        assert_all_requests_valid(&world);
+    }
+}
