@@ -19,10 +19,12 @@
 //! - [`webhook`]: `/hooks/<forge>` receiver: checks HMAC signatures, then nudges the agent.
 
 pub mod agent;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod execute;
 pub mod http;
+pub mod migrate;
 pub mod observe;
 pub mod output;
 pub mod reconcile;

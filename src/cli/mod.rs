@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand};
 
 pub mod agent;
 pub mod apply;
+pub mod check;
 pub mod drift;
+pub mod migrate_config;
 pub mod pass;
 pub mod plan;
 pub mod schema;
@@ -51,6 +53,10 @@ enum Command {
     Drift(drift::Args),
     /// Print the JSON Schema of the manifest format (for editors and the YAML language server).
     Schema(schema::Args),
+    /// Check PVE against what the manifests and the current plan need (storages, bridges, privileges).
+    Check(check::Args),
+    /// Turn the Go ProxOps's proxops.yaml / clusters/<c>/config.yaml into an agent.toml.
+    MigrateConfig(migrate_config::Args),
 }
 
 /// The process exit codes ProxOps documents.
@@ -82,6 +88,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Schema(args) => schema::run(&args),
+        Command::Check(args) => runtime()?.block_on(check::run(&args)),
+        Command::MigrateConfig(args) => migrate_config::run(&args),
         Command::Plan(args) => runtime()?.block_on(plan::run(&args)),
         Command::Apply(args) => runtime()?.block_on(apply::run(&args)),
         Command::Agent(args) => runtime()?.block_on(agent::run(&args)),

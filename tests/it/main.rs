@@ -7,9 +7,11 @@
 
 mod agent;
 mod artifacts;
+mod check;
 mod cli_validate;
 mod git_server;
 mod guests;
+mod migrate;
 mod readme;
 mod sim;
 mod sops;

@@ -1,0 +1,1253 @@
+//! `proxops check`: before anything is applied, does PVE have what the manifests need? Reports
+//! the PVE version and nodes, every storage (and the content types it must carry) the
+//! manifests use, every bridge they name, and the privileges the current plan needs that the
+//! API token lacks.
+//!
+//! The checks are read-only: `GET /version`, `/nodes`, `/nodes/{n}/storage`,
+//! `/nodes/{n}/network?type=bridge`, `/access/permissions`, plus the observe GETs of a `plan`.
+//! The bridge listing is not served by the simulator (it answers 501) nor part of the vendored
+//! API subset; a 501 turns the bridge check into a printed "skipped" item.
+//!
+//! # Needed privileges
+//!
+//! Taken from the `permissions` field of `apidoc-full.json` (PVE 9.1) for the endpoints a pass
+//! calls, and from PVE's `check_vm_modify_config_perm` / `check_ct_modify_config_perm` for the
+//! per-key config privileges that the schema only summarises as "any of VM.Config.*":
+//!
+//! | plan step (endpoint) | path | privileges |
+//! |---|---|---|
+//! | observe guests (`GET /cluster/resources`, `.../config`, `.../pending`) | `/vms/<vmid>` | `VM.Audit` |
+//! | observe artifacts (`GET /nodes/{n}/storage/{s}/content`) | `/storage/<s>` | `Datastore.Audit` or `Datastore.AllocateSpace` |
+//! | download (`POST /nodes/{n}/storage/{s}/download-url`) | `/storage/<s>` | `Datastore.AllocateTemplate` |
+//! | | `/` or `/nodes/<n>` | `Sys.Audit` and `Sys.Modify` on `/`, or `Sys.AccessNetwork` on `/nodes/<n>` |
+//! | create (`POST /nodes/{n}/qemu`, `/lxc`) | `/vms/<vmid>` | `VM.Allocate`, plus the config privileges of every key below |
+//! | a new disk (`<storage>:<size>`), `rootfs`, `mpN`, resize | `/storage/<s>` | `Datastore.AllocateSpace` |
+//! | an ISO, import source or CT template used (`<s>:iso/…`, `import-from=`, `ostemplate`) | `/storage/<s>` | `Datastore.Audit` or `Datastore.AllocateSpace` |
+//! | a NIC on a bridge (`netN: …,bridge=<b>`) | `/sdn/zones/localnetwork/<b>` | `SDN.Use` |
+//! | a privileged container (`unprivileged=0`) | `/` | `Sys.Modify` |
+//! | clone (`POST /nodes/{n}/qemu/{vmid}/clone`) | `/vms/<template>`, `/vms/<newid>` | `VM.Clone`; `VM.Allocate` |
+//! | config write (`PUT .../config`): disks, `boot`, resize | `/vms/<vmid>` | `VM.Config.Disk` (`VM.Config.CDROM` for `media=cdrom`) |
+//! | `cores`, `cpu`, `sockets`, `numa`, `vcpus`, `cpulimit`, `cpuunits`, `affinity` | `/vms/<vmid>` | `VM.Config.CPU` |
+//! | `memory`, `balloon`, `shares`, (lxc) `swap` | `/vms/<vmid>` | `VM.Config.Memory` |
+//! | `netN`, `ipconfigN`, (lxc) `nameserver`, `searchdomain`, `hostname` | `/vms/<vmid>` | `VM.Config.Network` |
+//! | `machine`, `scsihw`, `vga`, `acpi`, `kvm`, `tablet`, `hotplug`, `smbios1`, `watchdog`, `audio0` | `/vms/<vmid>` | `VM.Config.HWType` |
+//! | (qemu) `ciuser`, `cipassword`, `citype`, `cicustom`, `sshkeys`, `nameserver`, `searchdomain`, `ciupgrade` | `/vms/<vmid>` | `VM.Config.Cloudinit` |
+//! | every other key (`name`, `tags`, `onboot`, `agent`, `description`, …) | `/vms/<vmid>` | `VM.Config.Options` |
+//! | start, shutdown, reboot (`POST .../status/*`) | `/vms/<vmid>` | `VM.PowerMgmt` |
+//! | promote to template (`POST .../template`), delete (`DELETE .../{vmid}`) | `/vms/<vmid>` | `VM.Allocate` |
+//!
+//! Task status polls need nothing: the token owns the tasks it starts. Keys PVE reserves for
+//! `root@pam` (bind mounts, `hostpciN` without a resource mapping) are not privileges and are
+//! not checked here.
+//!
+//! Granted privileges come from `GET /access/permissions?path=<p>` for each needed path (PVE
+//! computes inheritance and token privilege separation itself). When an answer omits the path
+//! asked for (the simulator lists only paths that exist), the privileges of the nearest
+//! listed ancestor in the full map whose grants propagate are used.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proxops_core::guest::{Artifacts, RenderedConfig};
+use proxops_core::guest::{DiskRole, GuestType, PropertyString, Rule, render};
+use proxops_core::manifest::{Placement, content_type};
+use proxops_core::plan::{Action, NodeScope, Plan, Verb};
+use proxops_core::repository::DesiredState;
+use proxops_core::resource::{Kind, ResourceId};
+use proxops_pve::{ContentType, Method, PveClient, PveError, Request};
+use serde::Serialize;
+use serde_json::Value;
+
+/// The outcome of one check line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// As needed.
+    Ok,
+    /// Something a pass would trip over.
+    Problem,
+    /// Could not be checked (and why is in the detail).
+    Skipped,
+}
+
+/// One line of the checklist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Item {
+    /// What area: `pve`, `node`, `repository`, `storage`, `bridge`, `privilege`.
+    pub check: String,
+    /// What was checked, e.g. `local on pve1`.
+    pub subject: String,
+    /// The outcome.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// What to do about a problem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Item {
+    fn ok(check: &str, subject: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            check: check.to_owned(),
+            subject: subject.into(),
+            status: Status::Ok,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    fn problem(
+        check: &str,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        Self {
+            check: check.to_owned(),
+            subject: subject.into(),
+            status: Status::Problem,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    fn skipped(check: &str, subject: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            check: check.to_owned(),
+            subject: subject.into(),
+            status: Status::Skipped,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+}
+
+/// The whole checklist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// True when no item is a problem.
+    pub ok: bool,
+    /// Every line, in the order checked.
+    pub items: Vec<Item>,
+}
+
+impl Report {
+    fn new(items: Vec<Item>) -> Self {
+        Self {
+            ok: !items.iter().any(|i| i.status == Status::Problem),
+            items,
+        }
+    }
+}
+
+/// A privilege on an ACL path.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct PathPrivilege {
+    /// The ACL path, e.g. `/storage/local`.
+    pub path: String,
+    /// The privilege, e.g. `Datastore.AllocateTemplate`.
+    pub privilege: String,
+}
+
+fn pp(path: impl Into<String>, privilege: &str) -> PathPrivilege {
+    PathPrivilege {
+        path: path.into(),
+        privilege: privilege.to_owned(),
+    }
+}
+
+/// One thing the plan does and what it needs: held when every privilege of any one option is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Requirement {
+    /// The step, e.g. `download ISO/debian on pve1`.
+    pub why: String,
+    /// Alternatives; the first is the one reported when none is held.
+    pub options: Vec<Vec<PathPrivilege>>,
+}
+
+fn require(why: &str, all: Vec<PathPrivilege>) -> Requirement {
+    Requirement {
+        why: why.to_owned(),
+        options: vec![all],
+    }
+}
+
+fn require_any(why: &str, options: Vec<Vec<PathPrivilege>>) -> Requirement {
+    Requirement {
+        why: why.to_owned(),
+        options,
+    }
+}
+
+/// The privileges PVE reports per path: privilege → whether it propagates to child paths
+/// (`GET /access/permissions` answers `{"<path>": {"<privilege>": 0|1}}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Granted {
+    paths: BTreeMap<String, BTreeMap<String, bool>>,
+}
+
+impl Granted {
+    /// Reads one `/access/permissions` answer (the `data` member); later answers add to
+    /// earlier ones.
+    pub fn add_answer(&mut self, data: &Value) {
+        let Some(map) = data.as_object() else { return };
+        for (path, privs) in map {
+            let entry = self.paths.entry(path.clone()).or_default();
+            if let Some(privs) = privs.as_object() {
+                for (privilege, propagate) in privs {
+                    let propagate = propagate
+                        .as_u64()
+                        .map(|n| n != 0)
+                        .or_else(|| propagate.as_bool())
+                        .or_else(|| propagate.as_str().map(|s| s != "0"))
+                        .unwrap_or(true);
+                    entry.insert(privilege.clone(), propagate);
+                }
+            }
+        }
+    }
+
+    /// Whether PVE listed `path` itself.
+    pub fn lists(&self, path: &str) -> bool {
+        self.paths.contains_key(path)
+    }
+
+    /// Whether `privilege` is held on `path`: as listed for the path, or else propagated from
+    /// the nearest listed ancestor.
+    pub fn holds(&self, path: &str, privilege: &str) -> bool {
+        if let Some(privs) = self.paths.get(path) {
+            return privs.contains_key(privilege);
+        }
+        let mut current = path;
+        while let Some((parent, _)) = current.rsplit_once('/') {
+            let parent = if parent.is_empty() { "/" } else { parent };
+            if let Some(privs) = self.paths.get(parent) {
+                return privs.get(privilege).copied().unwrap_or(false);
+            }
+            if parent == "/" {
+                break;
+            }
+            current = parent;
+        }
+        false
+    }
+}
+
+/// A privilege the token lacks, with every step that needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Missing {
+    /// The path and privilege.
+    #[serde(flatten)]
+    pub need: PathPrivilege,
+    /// Alternatives that would also do, in words (empty when none).
+    pub alternatives: Vec<String>,
+    /// The plan steps that need it.
+    pub needed_for: Vec<String>,
+}
+
+/// Needed versus granted: every requirement none of whose options is fully held, as the
+/// missing privileges of its first option, grouped by path and privilege.
+pub fn missing_privileges(requirements: &[Requirement], granted: &Granted) -> Vec<Missing> {
+    let mut missing: BTreeMap<PathPrivilege, (BTreeSet<String>, BTreeSet<String>)> =
+        BTreeMap::new();
+    for req in requirements {
+        let held = |option: &Vec<PathPrivilege>| {
+            option.iter().all(|p| granted.holds(&p.path, &p.privilege))
+        };
+        if req.options.iter().any(held) {
+            continue;
+        }
+        let Some(first) = req.options.first() else {
+            continue;
+        };
+        let others: Vec<String> = req
+            .options
+            .iter()
+            .skip(1)
+            .map(|o| {
+                o.iter()
+                    .map(|p| format!("{} on {}", p.privilege, p.path))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            })
+            .collect();
+        for p in first {
+            if granted.holds(&p.path, &p.privilege) {
+                continue;
+            }
+            let entry = missing.entry(p.clone()).or_default();
+            entry.0.insert(req.why.clone());
+            entry.1.extend(others.iter().cloned());
+        }
+    }
+    missing
+        .into_iter()
+        .map(|(need, (why, alternatives))| Missing {
+            need,
+            alternatives: alternatives.into_iter().collect(),
+            needed_for: why.into_iter().collect(),
+        })
+        .collect()
+}
+
+/// The storages and bridges a desired state uses on the nodes in scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Uses {
+    /// (node, storage) → content type → the resources that need it.
+    pub storages: BTreeMap<(String, String), BTreeMap<ContentType, BTreeSet<String>>>,
+    /// (node, bridge) → the resources that name it.
+    pub bridges: BTreeMap<(String, String), BTreeSet<String>>,
+}
+
+/// The storages (with content types) and bridges a desired state uses on the nodes in scope.
+pub fn uses(desired: &DesiredState, scope: &NodeScope) -> Uses {
+    let mut uses = Uses::default();
+    let artifacts = Artifacts::from_manifest(&desired.manifest);
+    for resource in desired.manifest.resources() {
+        let who = resource.id.to_string();
+        match &resource.placement {
+            Placement::Artifact { nodes, storage, .. } => {
+                let content = content_of(resource.id.kind);
+                for node in nodes.iter().filter(|n| scope.includes(n)) {
+                    uses.storages
+                        .entry((node.clone(), storage.clone()))
+                        .or_default()
+                        .entry(content)
+                        .or_default()
+                        .insert(who.clone());
+                }
+            }
+            Placement::Guest { node, .. } => {
+                if !scope.includes(node) {
+                    continue;
+                }
+                let Some(rendered) = render(resource, &artifacts) else {
+                    continue;
+                };
+                for (key, owned) in &rendered.owned {
+                    if let Rule::Disk(rule) = &owned.rule {
+                        let content = match rule.role {
+                            DiskRole::RootFs | DiskRole::MountPoint => ContentType::Rootdir,
+                            _ => ContentType::Images,
+                        };
+                        uses.storages
+                            .entry((node.clone(), rule.storage.clone()))
+                            .or_default()
+                            .entry(content)
+                            .or_default()
+                            .insert(who.clone());
+                    }
+                    if is_net(key)
+                        && let Some(bridge) = bridge_of(&owned.value)
+                    {
+                        uses.bridges
+                            .entry((node.clone(), bridge))
+                            .or_default()
+                            .insert(who.clone());
+                    }
+                }
+            }
+        }
+    }
+    uses
+}
+
+fn content_of(kind: Kind) -> ContentType {
+    content_type(kind).parse().unwrap_or(ContentType::Iso)
+}
+
+fn is_net(key: &str) -> bool {
+    key.strip_prefix("net")
+        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+fn bridge_of(value: &str) -> Option<String> {
+    PropertyString::parse(value, None)
+        .get("bridge")
+        .map(str::to_owned)
+}
+
+fn index_key(key: &str, prefixes: &[&str]) -> bool {
+    prefixes.iter().any(|p| {
+        key.strip_prefix(p)
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+    })
+}
+
+fn is_qemu_disk(key: &str) -> bool {
+    key == "efidisk0"
+        || key == "tpmstate0"
+        || index_key(key, &["ide", "sata", "scsi", "virtio", "unused"])
+}
+
+/// The storage a volume value names, when it is `<storage>:<...>`.
+fn storage_of(value: &str) -> Option<&str> {
+    let first = value.split(',').next()?;
+    let (storage, rest) = first.split_once(':')?;
+    (!storage.is_empty() && !storage.starts_with('/') && !rest.is_empty()).then_some(storage)
+}
+
+/// Whether a volume value allocates a new volume (`<storage>:<size>` or `<storage>:cloudinit`).
+fn allocates(value: &str) -> bool {
+    let first = value.split(',').next().unwrap_or_default();
+    first
+        .split_once(':')
+        .is_some_and(|(_, rest)| rest == "cloudinit" || rest.parse::<f64>().is_ok() || rest == "0")
+}
+
+fn volume_access(storage: &str, why: &str) -> Requirement {
+    let path = format!("/storage/{storage}");
+    require_any(
+        why,
+        vec![
+            vec![pp(&path, "Datastore.Audit")],
+            vec![pp(&path, "Datastore.AllocateSpace")],
+        ],
+    )
+}
+
+/// The config privileges of writing `key = value` on guest `vmid`.
+fn config_requirements(
+    guest_type: GuestType,
+    vmid: u32,
+    key: &str,
+    value: Option<&str>,
+    why: &str,
+) -> Vec<Requirement> {
+    let vm = format!("/vms/{vmid}");
+    let mut out = Vec::new();
+    let value = value.unwrap_or_default();
+    let disk = match guest_type {
+        GuestType::Qemu => is_qemu_disk(key),
+        GuestType::Lxc => key == "rootfs" || index_key(key, &["mp", "unused"]),
+    };
+    let privilege = if disk {
+        if value.contains("media=cdrom") {
+            "VM.Config.CDROM"
+        } else {
+            "VM.Config.Disk"
+        }
+    } else if is_net(key) {
+        "VM.Config.Network"
+    } else {
+        match (guest_type, key) {
+            (_, "cores" | "cpulimit" | "cpuunits")
+            | (GuestType::Qemu, "cpu" | "numa" | "sockets" | "vcpus" | "smp" | "affinity") => {
+                "VM.Config.CPU"
+            }
+            (_, "memory") | (GuestType::Qemu, "balloon" | "shares") | (GuestType::Lxc, "swap") => {
+                "VM.Config.Memory"
+            }
+            (
+                GuestType::Qemu,
+                "acpi" | "hotplug" | "kvm" | "machine" | "scsihw" | "smbios1" | "tablet" | "vga"
+                | "watchdog" | "audio0",
+            ) => "VM.Config.HWType",
+            (
+                GuestType::Qemu,
+                "ciuser" | "cipassword" | "citype" | "cicustom" | "sshkeys" | "nameserver"
+                | "searchdomain" | "ciupgrade",
+            ) => "VM.Config.Cloudinit",
+            (GuestType::Qemu, "boot" | "bootdisk" | "vmstatestorage") => "VM.Config.Disk",
+            (GuestType::Qemu, k) if index_key(k, &["ipconfig"]) => "VM.Config.Network",
+            (GuestType::Lxc, "nameserver" | "searchdomain" | "hostname") => "VM.Config.Network",
+            _ => "VM.Config.Options",
+        }
+    };
+    out.push(require(why, vec![pp(&vm, privilege)]));
+    if disk && let Some(storage) = storage_of(value) {
+        if allocates(value) || guest_type == GuestType::Lxc {
+            out.push(require(
+                why,
+                vec![pp(format!("/storage/{storage}"), "Datastore.AllocateSpace")],
+            ));
+        } else {
+            out.push(volume_access(storage, why));
+        }
+    }
+    if disk
+        && let Some(src) = value
+            .split(',')
+            .find_map(|p| p.strip_prefix("import-from="))
+        && let Some(storage) = storage_of(src)
+    {
+        out.push(volume_access(storage, why));
+    }
+    if is_net(key)
+        && let Some(bridge) = bridge_of(value)
+    {
+        out.push(require(
+            why,
+            vec![pp(format!("/sdn/zones/localnetwork/{bridge}"), "SDN.Use")],
+        ));
+    }
+    out
+}
+
+/// The privileges reading the desired state's guests and artifacts needs (what `plan`
+/// observes), for the nodes in scope.
+pub fn read_requirements(desired: &DesiredState, scope: &NodeScope) -> Vec<Requirement> {
+    let mut out = Vec::new();
+    let mut storages = BTreeSet::new();
+    for resource in desired.manifest.resources() {
+        match &resource.placement {
+            Placement::Guest { node, vmid, .. } if scope.includes(node) => {
+                out.push(require(
+                    &format!("observe {} on {node}", resource.id),
+                    vec![pp(format!("/vms/{vmid}"), "VM.Audit")],
+                ));
+            }
+            Placement::Artifact { nodes, storage, .. } => {
+                if nodes.iter().any(|n| scope.includes(n)) && storages.insert(storage.clone()) {
+                    out.push(volume_access(storage, &format!("list storage {storage}")));
+                }
+            }
+            Placement::Guest { .. } => {}
+        }
+    }
+    out
+}
+
+/// The privileges the plan's actions need (see the module table).
+pub fn plan_requirements(plan: &Plan, desired: &DesiredState) -> Vec<Requirement> {
+    let artifacts = Artifacts::from_manifest(&desired.manifest);
+    let rendered = |id: &ResourceId| -> Option<RenderedConfig> {
+        desired.manifest.get(id).and_then(|r| render(r, &artifacts))
+    };
+    plan.actions()
+        .flat_map(|action| action_requirements(action, &rendered))
+        .collect()
+}
+
+fn action_requirements(
+    action: &Action,
+    rendered: &dyn Fn(&ResourceId) -> Option<RenderedConfig>,
+) -> Vec<Requirement> {
+    let why = format!(
+        "{} {} on {}",
+        action.verb.name(),
+        action.resource,
+        action.node
+    );
+    let node = &action.node;
+    let mut out = Vec::new();
+    match &action.verb {
+        Verb::Download(d) => {
+            out.push(require(
+                &why,
+                vec![pp(
+                    format!("/storage/{}", d.storage),
+                    "Datastore.AllocateTemplate",
+                )],
+            ));
+            out.push(require_any(
+                &why,
+                vec![
+                    vec![pp("/", "Sys.Audit"), pp("/", "Sys.Modify")],
+                    vec![pp(format!("/nodes/{node}"), "Sys.AccessNetwork")],
+                ],
+            ));
+        }
+        Verb::Create(c) => {
+            out.push(require(
+                &why,
+                vec![pp(format!("/vms/{}", c.vmid), "VM.Allocate")],
+            ));
+            for (key, value) in &c.params {
+                match (c.guest_type, key.as_str()) {
+                    (_, "start" | "pool" | "vmid") => {}
+                    (GuestType::Lxc, "ostemplate") => {
+                        if let Some(storage) = storage_of(value) {
+                            out.push(volume_access(storage, &why));
+                        }
+                    }
+                    (GuestType::Lxc, "unprivileged") if value == "0" => {
+                        out.push(require(&why, vec![pp("/", "Sys.Modify")]));
+                    }
+                    (GuestType::Lxc, "password" | "ssh-public-keys" | "unprivileged") => {}
+                    _ => out.extend(config_requirements(
+                        c.guest_type,
+                        c.vmid,
+                        key,
+                        Some(value),
+                        &why,
+                    )),
+                }
+            }
+        }
+        Verb::Clone(c) => {
+            out.push(require(
+                &why,
+                vec![
+                    pp(format!("/vms/{}", c.source_vmid), "VM.Clone"),
+                    pp(format!("/vms/{}", c.vmid), "VM.Allocate"),
+                ],
+            ));
+            let source = ResourceId::new(Kind::TemplateVm, c.source.clone());
+            if let Some(template) = rendered(&source) {
+                for owned in template.owned.values() {
+                    if let Rule::Disk(rule) = &owned.rule {
+                        out.push(require(
+                            &why,
+                            vec![pp(
+                                format!("/storage/{}", rule.storage),
+                                "Datastore.AllocateSpace",
+                            )],
+                        ));
+                    }
+                }
+            }
+            if let Some(own) = rendered(&action.resource) {
+                for (key, owned) in &own.owned {
+                    out.extend(config_requirements(
+                        GuestType::Qemu,
+                        c.vmid,
+                        key,
+                        Some(&owned.value),
+                        &why,
+                    ));
+                }
+            }
+        }
+        Verb::Update(u) => {
+            for (key, value) in &u.set {
+                out.extend(config_requirements(
+                    u.guest_type,
+                    u.vmid,
+                    key,
+                    Some(value),
+                    &why,
+                ));
+            }
+            for key in &u.delete {
+                out.extend(config_requirements(u.guest_type, u.vmid, key, None, &why));
+            }
+            if !u.grow.is_empty() {
+                out.push(require(
+                    &why,
+                    vec![pp(format!("/vms/{}", u.vmid), "VM.Config.Disk")],
+                ));
+            }
+        }
+        Verb::Shutdown(g) | Verb::Start(g) | Verb::Reboot(g) => {
+            out.push(require(
+                &why,
+                vec![pp(format!("/vms/{}", g.vmid), "VM.PowerMgmt")],
+            ));
+        }
+        Verb::Promote(g) | Verb::Delete(g) => {
+            out.push(require(
+                &why,
+                vec![pp(format!("/vms/{}", g.vmid), "VM.Allocate")],
+            ));
+        }
+    }
+    out
+}
+
+/// Checks storages against what the manifests use, given each node's storage listing
+/// (`Err` when the listing failed).
+pub fn check_storages(
+    uses: &Uses,
+    listings: &BTreeMap<String, Result<Vec<proxops_pve::StorageInfo>, String>>,
+) -> Vec<Item> {
+    let mut items = Vec::new();
+    for ((node, storage), contents) in &uses.storages {
+        let subject = format!("{storage} on {node}");
+        let users: BTreeSet<&String> = contents.values().flatten().collect();
+        let users = users
+            .into_iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let listing = match listings.get(node) {
+            Some(Ok(listing)) => listing,
+            Some(Err(e)) => {
+                items.push(Item::problem(
+                    "storage",
+                    subject,
+                    format!("the storage listing of {node} failed: {e}"),
+                    "check that the node is online and the token has Datastore.Audit on /storage",
+                ));
+                continue;
+            }
+            None => continue,
+        };
+        let Some(info) = listing.iter().find(|s| &s.storage == storage) else {
+            items.push(Item::problem(
+                "storage",
+                subject,
+                format!("storage `{storage}` does not exist on {node} (used by {users})"),
+                format!(
+                    "add the storage in Datacenter → Storage (and allow node {node}), or fix \
+                     `storage` in the manifests; PVE also hides storages the token lacks \
+                     Datastore.Audit on (/storage/{storage})"
+                ),
+            ));
+            continue;
+        };
+        let lacking: Vec<&str> = contents
+            .keys()
+            .filter(|c| !info.has_content(**c))
+            .map(|c| c.as_str())
+            .collect();
+        let needed: Vec<&str> = contents.keys().map(|c| c.as_str()).collect();
+        if info.enabled == Some(false) || info.active == Some(false) {
+            items.push(Item::problem(
+                "storage",
+                subject.clone(),
+                format!("storage `{storage}` is disabled or not active on {node}"),
+                "enable the storage, or check why it is not reachable from this node",
+            ));
+        }
+        if lacking.is_empty() {
+            items.push(Item::ok(
+                "storage",
+                subject,
+                format!("has content {}", needed.join(", ")),
+            ));
+        } else {
+            items.push(Item::problem(
+                "storage",
+                subject,
+                format!(
+                    "content {} missing (has {}; needed by {users})",
+                    lacking.join(", "),
+                    if info.content.is_empty() {
+                        "none"
+                    } else {
+                        &info.content
+                    }
+                ),
+                format!(
+                    "pvesm set {storage} --content {}",
+                    merged_content(&info.content, &lacking)
+                ),
+            ));
+        }
+    }
+    items
+}
+
+fn merged_content(have: &str, add: &[&str]) -> String {
+    let mut all: Vec<String> = have
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    for a in add {
+        if !all.iter().any(|h| h == a) {
+            all.push((*a).to_owned());
+        }
+    }
+    all.join(",")
+}
+
+/// Turns the missing privileges into checklist items (one ok item when nothing is missing).
+pub fn privilege_items(token_id: &str, requirements: usize, missing: &[Missing]) -> Vec<Item> {
+    if missing.is_empty() {
+        return vec![Item::ok(
+            "privilege",
+            token_id,
+            format!("holds every privilege the plan and its reads need ({requirements} checks)"),
+        )];
+    }
+    missing
+        .iter()
+        .map(|m| {
+            let mut detail = format!(
+                "{token_id} lacks {} on {} (needed for {})",
+                m.need.privilege,
+                m.need.path,
+                m.needed_for.join("; ")
+            );
+            if !m.alternatives.is_empty() {
+                detail.push_str(&format!("; or grant {}", m.alternatives.join(", or ")));
+            }
+            Item::problem(
+                "privilege",
+                format!("{} on {}", m.need.privilege, m.need.path),
+                detail,
+                format!(
+                    "pveum acl modify {} --tokens '{token_id}' --roles <a role with {}> \
+                     (with privilege separation the token's user needs it too)",
+                    m.need.path, m.need.privilege
+                ),
+            )
+        })
+        .collect()
+}
+
+/// What `check` needs from the caller.
+pub struct Inputs<'a> {
+    /// The PVE API.
+    pub pve: &'a PveClient,
+    /// The token id, for messages.
+    pub token_id: &'a str,
+    /// The configured node scope.
+    pub scope: &'a NodeScope,
+    /// The desired state (None when the repository did not load; the item says why).
+    pub desired: Option<&'a DesiredState>,
+    /// The plan computed for it, when it loaded.
+    pub plan: Option<&'a Plan>,
+}
+
+/// Runs every check against PVE.
+pub async fn run(inputs: Inputs<'_>) -> Report {
+    let mut items = Vec::new();
+    let pve = inputs.pve;
+    match pve.version().await {
+        Ok(v) => items.push(Item::ok(
+            "pve",
+            "version",
+            format!("Proxmox VE {} (release {})", v.version, v.release),
+        )),
+        Err(e) => {
+            let fix = if e.is_auth_failure() {
+                "check [pve] token_id and the secret in token_secret_file"
+            } else {
+                "check [pve] url and the TLS trust settings (ca_file, fingerprint)"
+            };
+            items.push(Item::problem(
+                "pve",
+                "connection",
+                format!("GET /version failed: {e}"),
+                fix,
+            ));
+            return Report::new(items);
+        }
+    }
+    let nodes = match pve.nodes().await {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            items.push(Item::problem(
+                "node",
+                "listing",
+                format!("GET /nodes failed: {e}"),
+                "check that the token may read /nodes",
+            ));
+            return Report::new(items);
+        }
+    };
+    let mut wanted: BTreeSet<String> = BTreeSet::new();
+    match inputs.scope {
+        NodeScope::Node(node) => {
+            match nodes.iter().find(|n| &n.node == node) {
+                Some(info) if info.is_online() => {
+                    items.push(Item::ok("node", node.clone(), "exists and is online"));
+                }
+                Some(info) => items.push(Item::problem(
+                    "node",
+                    node.clone(),
+                    format!("exists but is {}", info.status),
+                    "bring the node online before applying",
+                )),
+                None => items.push(Item::problem(
+                    "node",
+                    node.clone(),
+                    format!(
+                        "no such node (the cluster has {})",
+                        nodes
+                            .iter()
+                            .map(|n| n.node.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    "set `node` in agent.toml to one of the cluster's nodes, or \"*\"",
+                )),
+            }
+            wanted.insert(node.clone());
+        }
+        NodeScope::All => {
+            let listed: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("{} ({})", n.node, n.status))
+                .collect();
+            items.push(Item::ok(
+                "node",
+                "*",
+                format!("the whole cluster: {}", listed.join(", ")),
+            ));
+        }
+    }
+    let (Some(desired), Some(plan)) = (inputs.desired, inputs.plan) else {
+        return Report::new(items);
+    };
+    let title = desired
+        .cluster
+        .as_ref()
+        .map_or_else(|| "manifests".to_owned(), |c| format!("cluster {c}"));
+    items.push(Item::ok(
+        "repository",
+        title,
+        format!(
+            "{} resources valid; the plan has {} actions",
+            desired.manifest.len(),
+            plan.actions().count()
+        ),
+    ));
+    if let Some(reason) = &plan.aborted {
+        items.push(Item::problem(
+            "repository",
+            "plan",
+            format!("the plan was aborted: {reason}"),
+            "fix what PVE reported, then run `proxops check` again",
+        ));
+    }
+    // Nodes the manifests place resources on.
+    for resource in desired.manifest.resources() {
+        let placed: Vec<&String> = match &resource.placement {
+            Placement::Guest { node, .. } => vec![node],
+            Placement::Artifact { nodes, .. } => nodes.iter().collect(),
+        };
+        for node in placed {
+            if inputs.scope.includes(node) {
+                wanted.insert(node.clone());
+            }
+        }
+    }
+    for node in &wanted {
+        if !nodes.iter().any(|n| &n.node == node) && inputs.scope == &NodeScope::All {
+            items.push(Item::problem(
+                "node",
+                node.clone(),
+                "the manifests place resources on a node the cluster does not have",
+                "fix `spec.node` / `spec.nodes` in the manifests",
+            ));
+        }
+    }
+
+    let used = uses(desired, inputs.scope);
+    let mut listings = BTreeMap::new();
+    for (node, _) in used.storages.keys() {
+        if listings.contains_key(node) || !nodes.iter().any(|n| &n.node == node) {
+            continue;
+        }
+        let listing = pve.storages(node).await.map_err(|e| e.to_string());
+        listings.insert(node.clone(), listing);
+    }
+    items.extend(check_storages(&used, &listings));
+    items.extend(check_bridges(pve, &used, &nodes).await);
+
+    let mut requirements = read_requirements(desired, inputs.scope);
+    requirements.extend(plan_requirements(plan, desired));
+    match granted(pve, &requirements).await {
+        Ok(granted) => {
+            let missing = missing_privileges(&requirements, &granted);
+            items.extend(privilege_items(
+                inputs.token_id,
+                requirements.len(),
+                &missing,
+            ));
+        }
+        Err(e) => items.push(Item::problem(
+            "privilege",
+            inputs.token_id,
+            format!("GET /access/permissions failed: {e}"),
+            "check the connection; every token may read its own permissions",
+        )),
+    }
+    Report::new(items)
+}
+
+async fn check_bridges(pve: &PveClient, used: &Uses, nodes: &[proxops_pve::NodeInfo]) -> Vec<Item> {
+    let mut items = Vec::new();
+    let mut per_node: BTreeMap<&String, Vec<(&String, &BTreeSet<String>)>> = BTreeMap::new();
+    for ((node, bridge), users) in &used.bridges {
+        per_node.entry(node).or_default().push((bridge, users));
+    }
+    for (node, bridges) in per_node {
+        if !nodes.iter().any(|n| &n.node == node) {
+            continue;
+        }
+        match pve.execute(&network_bridges(node)).await {
+            Ok(list) => {
+                let have: BTreeSet<&str> = list
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i.get("iface").and_then(Value::as_str))
+                    .collect();
+                for (bridge, users) in bridges {
+                    let subject = format!("{bridge} on {node}");
+                    if have.contains(bridge.as_str()) {
+                        items.push(Item::ok("bridge", subject, "exists"));
+                    } else {
+                        let users: Vec<&str> = users.iter().map(String::as_str).collect();
+                        items.push(Item::problem(
+                            "bridge",
+                            subject,
+                            format!(
+                                "no bridge `{bridge}` on {node} (used by {})",
+                                users.join(", ")
+                            ),
+                            format!(
+                                "create it on {node} (System → Network → Create → Linux \
+                                 Bridge) or fix `bridge` in the manifests"
+                            ),
+                        ));
+                    }
+                }
+            }
+            Err(e) if not_implemented(&e) => items.push(Item::skipped(
+                "bridge",
+                format!("{} on {node}", join_names(&bridges)),
+                "not checked: PVE answered 501 to GET /nodes/{node}/network (the simulator \
+                 does not serve it)",
+            )),
+            Err(e) => items.push(Item::problem(
+                "bridge",
+                format!("{} on {node}", join_names(&bridges)),
+                format!("GET /nodes/{node}/network failed: {e}"),
+                "check that the node is online and reachable",
+            )),
+        }
+    }
+    items
+}
+
+fn join_names(bridges: &[(&String, &BTreeSet<String>)]) -> String {
+    bridges
+        .iter()
+        .map(|(b, _)| b.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn not_implemented(e: &PveError) -> bool {
+    e.status() == Some(501)
+}
+
+/// `GET /nodes/{node}/network?type=bridge` (not among `proxops-pve`'s builders, which follow
+/// the vendored API subset; this endpoint is only in `apidoc-full.json`).
+fn network_bridges(node: &str) -> Request {
+    let encoded: String = node
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+        .collect();
+    Request {
+        method: Method::Get,
+        path: format!("/nodes/{encoded}/network"),
+        template: "/nodes/{node}/network",
+        query: vec![("type".to_owned(), "bridge".to_owned())],
+        form: Vec::new(),
+    }
+}
+
+/// Asks PVE for the privileges on every path the requirements name: the full map once, then
+/// `?path=` for each path the map does not list.
+async fn granted(pve: &PveClient, requirements: &[Requirement]) -> Result<Granted, PveError> {
+    let mut granted = Granted::default();
+    granted.add_answer(
+        &pve.execute(&proxops_pve::request::access_permissions(None, None))
+            .await?,
+    );
+    let paths: BTreeSet<&str> = requirements
+        .iter()
+        .flat_map(|r| r.options.iter().flatten())
+        .map(|p| p.path.as_str())
+        .collect();
+    for path in paths {
+        if granted.lists(path) {
+            continue;
+        }
+        let answer = pve
+            .execute(&proxops_pve::request::access_permissions(Some(path), None))
+            .await?;
+        granted.add_answer(&answer);
+    }
+    Ok(granted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxops_core::plan::Download;
+
+    /// `GET /access/permissions` of a token whose role lacks `Datastore.AllocateTemplate`
+    /// (PVEVMAdmin on `/vms`, PVEDatastoreUser on `/storage`, Sys.Audit on `/`), in PVE's
+    /// answer shape.
+    const RECORDED: &str = r#"{
+        "/": {"Sys.Audit": 1},
+        "/storage": {"Datastore.AllocateSpace": 1, "Datastore.Audit": 1},
+        "/storage/local": {"Datastore.AllocateSpace": 1, "Datastore.Audit": 1},
+        "/vms": {"VM.Allocate": 1, "VM.Audit": 1, "VM.Config.Disk": 1, "VM.Config.CPU": 1,
+                 "VM.Config.Memory": 1, "VM.Config.Network": 1, "VM.Config.Options": 1,
+                 "VM.PowerMgmt": 1, "VM.Clone": 1},
+        "/nodes": {"Sys.Audit": 1, "Sys.AccessNetwork": 1}
+    }"#;
+
+    fn recorded() -> Granted {
+        let mut g = Granted::default();
+        g.add_answer(&serde_json::from_str(RECORDED).unwrap());
+        g
+    }
+
+    fn download_plan() -> Plan {
+        Plan {
+            levels: vec![vec![Action {
+                resource: ResourceId::new(Kind::Iso, "debian-13"),
+                node: "pve1".into(),
+                verb: Verb::Download(Download {
+                    storage: "local".into(),
+                    content: "iso".into(),
+                    filename: "debian-13.iso".into(),
+                    url: "https://example.org/debian-13.iso".into(),
+                    checksum: None,
+                    volid: "local:iso/debian-13.iso".into(),
+                }),
+                reason: "missing".into(),
+            }]],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn a_token_without_allocate_template_is_told_the_privilege_and_storage_path() {
+        let plan = download_plan();
+        let reqs: Vec<Requirement> = plan
+            .actions()
+            .flat_map(|a| action_requirements(a, &|_| None))
+            .collect();
+        let missing = missing_privileges(&reqs, &recorded());
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert_eq!(
+            missing[0].need,
+            pp("/storage/local", "Datastore.AllocateTemplate")
+        );
+        assert_eq!(
+            missing[0].needed_for,
+            vec!["download ISO/debian-13 on pve1".to_owned()]
+        );
+        let items = privilege_items("proxops@pve!agent", reqs.len(), &missing);
+        assert_eq!(items[0].status, Status::Problem);
+        assert!(
+            items[0]
+                .detail
+                .contains("lacks Datastore.AllocateTemplate on /storage/local"),
+            "{}",
+            items[0].detail
+        );
+        assert!(
+            items[0]
+                .fix
+                .as_deref()
+                .unwrap()
+                .contains("pveum acl modify /storage/local")
+        );
+    }
+
+    #[test]
+    fn the_sys_access_network_alternative_satisfies_a_download() {
+        let mut g = recorded();
+        g.add_answer(&serde_json::json!({"/storage/local": {"Datastore.AllocateTemplate": 1}}));
+        let reqs: Vec<Requirement> = download_plan()
+            .actions()
+            .flat_map(|a| action_requirements(a, &|_| None))
+            .collect();
+        assert!(missing_privileges(&reqs, &g).is_empty());
+        // Without Sys.AccessNetwork on the node and without Sys.Modify on /, the first option
+        // is reported with the alternative.
+        let mut g2 = Granted::default();
+        g2.add_answer(&serde_json::json!({"/": {"Sys.Audit": 1, "Datastore.AllocateTemplate": 1}}));
+        let missing = missing_privileges(&reqs, &g2);
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].need, pp("/", "Sys.Modify"));
+        assert_eq!(
+            missing[0].alternatives,
+            vec!["Sys.AccessNetwork on /nodes/pve1".to_owned()]
+        );
+    }
+
+    #[test]
+    fn privileges_propagate_from_the_nearest_listed_ancestor() {
+        let g = recorded();
+        assert!(g.holds("/vms/123", "VM.Allocate"));
+        assert!(g.holds("/nodes/pve1", "Sys.Audit"));
+        assert!(!g.holds("/sdn/zones/localnetwork/vmbr0", "SDN.Use"));
+        let mut g = Granted::default();
+        g.add_answer(&serde_json::json!({"/": {"SDN.Use": 0}, "/vms": {"VM.Audit": 1}}));
+        assert!(g.holds("/", "SDN.Use"));
+        assert!(!g.holds("/sdn/zones/localnetwork/vmbr0", "SDN.Use"));
+        // A listed path answers for itself only: no fall-through to its parents.
+        assert!(!g.holds("/vms", "VM.Allocate"));
+    }
+
+    #[test]
+    fn config_keys_map_to_pve_privileges() {
+        let reqs = config_requirements(
+            GuestType::Qemu,
+            100,
+            "scsi0",
+            Some("local-lvm:32,iothread=1"),
+            "w",
+        );
+        let flat: Vec<&PathPrivilege> = reqs.iter().flat_map(|r| &r.options[0]).collect();
+        assert_eq!(
+            flat,
+            vec![
+                &pp("/vms/100", "VM.Config.Disk"),
+                &pp("/storage/local-lvm", "Datastore.AllocateSpace")
+            ]
+        );
+        let reqs = config_requirements(
+            GuestType::Qemu,
+            100,
+            "net0",
+            Some("virtio,bridge=vmbr1"),
+            "w",
+        );
+        let flat: Vec<&PathPrivilege> = reqs.iter().flat_map(|r| &r.options[0]).collect();
+        assert_eq!(
+            flat,
+            vec![
+                &pp("/vms/100", "VM.Config.Network"),
+                &pp("/sdn/zones/localnetwork/vmbr1", "SDN.Use")
+            ]
+        );
+        for (key, privilege) in [
+            ("cores", "VM.Config.CPU"),
+            ("memory", "VM.Config.Memory"),
+            ("sshkeys", "VM.Config.Cloudinit"),
+            ("ipconfig0", "VM.Config.Network"),
+            ("scsihw", "VM.Config.HWType"),
+            ("tags", "VM.Config.Options"),
+        ] {
+            let reqs = config_requirements(GuestType::Qemu, 7, key, Some("x"), "w");
+            assert_eq!(reqs[0].options[0], vec![pp("/vms/7", privilege)], "{key}");
+        }
+        let reqs = config_requirements(GuestType::Lxc, 7, "swap", Some("512"), "w");
+        assert_eq!(reqs[0].options[0], vec![pp("/vms/7", "VM.Config.Memory")]);
+    }
+
+    #[test]
+    fn storages_lacking_content_are_problems_with_a_pvesm_fix() {
+        let mut uses = Uses::default();
+        uses.storages
+            .entry(("pve1".into(), "local".into()))
+            .or_default()
+            .entry(ContentType::Vztmpl)
+            .or_default()
+            .insert("CTTemplate/debian".into());
+        uses.storages
+            .entry(("pve1".into(), "nas".into()))
+            .or_default()
+            .entry(ContentType::Iso)
+            .or_default()
+            .insert("ISO/x".into());
+        let listing: Vec<proxops_pve::StorageInfo> = serde_json::from_value(serde_json::json!([
+            {"storage": "local", "type": "dir", "content": "iso,backup", "enabled": 1, "active": 1}
+        ]))
+        .unwrap();
+        let listings = BTreeMap::from([("pve1".to_owned(), Ok(listing))]);
+        let items = check_storages(&uses, &listings);
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].status, Status::Problem);
+        assert_eq!(
+            items[0].fix.as_deref(),
+            Some("pvesm set local --content iso,backup,vztmpl")
+        );
+        assert!(items[1].detail.contains("does not exist on pve1"));
+    }
+}
