@@ -820,3 +820,107 @@ async fn random_valid_manifests_applied_once_leave_nothing_to_plan() {
         assert_all_requests_valid(&world);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_pending_on_a_running_guest_needs_a_reboot_until_restarts_are_allowed() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    world.write("vm/app.yaml", Some(&small_vm("app", 130, "")));
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    assert_eq!(api.status("pve1", "qemu", 130).await, "running");
+
+    world.write(
+        "vm/app.yaml",
+        Some(&small_vm("app", 130, "").replace("cores: 1", "cores: 2")),
+    );
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    assert!(
+        stdout(&apply).contains("! needs-reboot VM/app on pve1"),
+        "{}",
+        stdout(&apply)
+    );
+    let current = api.get("/nodes/pve1/qemu/130/config?current=1").await;
+    assert_eq!(current["cores"].to_string(), "1", "held as pending");
+    assert_eq!(api.status("pve1", "qemu", 130).await, "running");
+
+    // Later passes keep saying so, and change nothing.
+    world.sim.control().clear_requests();
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    assert!(stdout(&plan).contains("! needs-reboot VM/app on pve1"));
+    assert!(world.writes().is_empty());
+
+    world.write(
+        "vm/app.yaml",
+        Some(
+            &small_vm("app", 130, "")
+                .replace("cores: 1", "cores: 2")
+                .replace(
+                    "metadata: {name: app}",
+                    "metadata:\n  name: app\n  annotations: {proxops/restart: on-change}",
+                ),
+        ),
+    );
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    assert!(
+        stdout(&apply).contains("reboot VM/app on pve1: ok"),
+        "{}",
+        stdout(&apply)
+    );
+    let current = api.get("/nodes/pve1/qemu/130/config?current=1").await;
+    assert_eq!(current["cores"].to_string(), "2");
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    assert!(stdout(&plan).contains("no changes"), "{}", stdout(&plan));
+    assert_all_requests_valid(&world);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unmanaged_guest_at_the_vmid_and_a_guest_on_another_node_are_left_untouched() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    // Someone else's VM holds 140; ProxOps's own VM 141 was moved to pve2.
+    api.post(
+        "/nodes/pve1/qemu",
+        &[("vmid", "140"), ("memory", "512"), ("name", "theirs")],
+    )
+    .await;
+    api.post(
+        "/nodes/pve2/qemu",
+        &[
+            ("vmid", "141"),
+            ("memory", "512"),
+            ("name", "moved"),
+            ("tags", "proxops"),
+        ],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    world.write("vm/theirs.yaml", Some(&small_vm("theirs", 140, "")));
+    world.write("vm/moved.yaml", Some(&small_vm("moved", 141, "")));
+
+    world.sim.control().clear_requests();
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    let out = stdout(&apply);
+    assert!(out.contains("! unmanaged-vmid VM/theirs on pve1"), "{out}");
+    assert!(out.contains("! moved VM/moved on pve1"), "{out}");
+    assert!(world.writes().is_empty(), "{:?}", world.writes());
+    assert_eq!(api.vmids().await, [140, 141]);
+
+    // Adopting takes the guest over: its first write claims it with the tag.
+    world.write(
+        "vm/theirs.yaml",
+        Some(&small_vm("theirs", 140, "").replace(
+            "metadata: {name: theirs}",
+            "metadata:\n  name: theirs\n  annotations: {proxops/adopt: \"true\"}",
+        )),
+    );
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    let config = api.config("pve1", "qemu", 140).await;
+    assert_eq!(text(&config, "tags"), "proxops");
+    assert_eq!(text(&config, "memory"), "1024");
+    assert_all_requests_valid(&world);
+}
