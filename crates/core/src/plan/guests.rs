@@ -1221,6 +1221,24 @@ mod tests {
     }
 
     #[test]
+    fn a_mixed_plan_renders_as_operators_expect() {
+        let tvm = vm("golden", 9000, "").replace("kind: VM", "kind: TemplateVM");
+        let state = desired(&[&vm("web", 101, ""), &vm("new", 102, ""), &tvm]);
+        let mut observed = ObservedState::default();
+        let config = config_with(
+            &live_of(&state, Kind::Vm, "web", 101),
+            &[("memory", Some("4096")), ("tags", Some("proxops;old"))],
+        );
+        observed.add_guest(guest(101, "stopped", config));
+        observed.add_guest(orphan(150, "running", false));
+        let prune = Policy {
+            prune: true,
+            ..all()
+        };
+        insta::assert_snapshot!(render_human(&run(&state, &observed, &prune), "repository"));
+    }
+
+    #[test]
     fn the_same_inputs_give_the_same_plan() {
         let state = desired(&[&vm("a", 101, ""), &vm("b", 102, "")]);
         let mut observed = ObservedState::default();
