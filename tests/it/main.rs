@@ -14,5 +14,4 @@ mod guests;
 mod migrate;
 mod readme;
 mod sim;
-mod sops;
 mod support;
