@@ -152,6 +152,10 @@ pub struct Options {
     pub cluster: Option<String>,
     /// The repository root, when discovered with `--repo` (local mode source).
     pub repo: Option<PathBuf>,
+    /// Name the secret files by bare name (`pve-token-secret`) rather than by path: they sit
+    /// beside agent.toml, and the packaged unit passes them as systemd credentials of that
+    /// name (`LoadCredential=`), which `AgentConfig` looks up first.
+    pub relative: bool,
 }
 
 /// The config files of a repository, as the Go program reads them: `proxops.yaml`, then
@@ -535,6 +539,20 @@ pub fn migrate(
                     Level::Mapped,
                     format!("{from} → [pve] token_id = \"{id}\" and token_secret_file"),
                 );
+                let pair: Vec<&str> = ["PROXOPS_PVE_USER", "PROXOPS_PVE_TOKEN"]
+                    .into_iter()
+                    .filter(|v| env_get(v).is_some())
+                    .collect();
+                if !pair.is_empty() {
+                    say(
+                        Level::Note,
+                        format!(
+                            "{} ignored: {from} is set and beats the user/token pair, as in \
+                             the Go program",
+                            pair.join(" and ")
+                        ),
+                    );
+                }
                 (
                     Some(id.to_owned()),
                     Some((secret.to_owned(), from.to_owned())),
@@ -614,9 +632,20 @@ pub fn migrate(
         );
     }
     let pve_secret_path = options.secrets_dir.join(PVE_SECRET_FILE);
+    let named = |name: &str| {
+        if options.relative {
+            name.to_owned()
+        } else {
+            options
+                .secrets_dir
+                .join(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
     pve.push(format!(
         "token_secret_file = {}",
-        quote(&pve_secret_path.to_string_lossy())
+        quote(&named(PVE_SECRET_FILE))
     ));
     match token_secret {
         Some((value, from)) => {
@@ -758,7 +787,18 @@ pub fn migrate(
     if let Some((value, from)) = git_token {
         let path = options.secrets_dir.join(GIT_TOKEN_FILE);
         if source_url.is_some() {
-            source.push(format!("token_file = {}", quote(&path.to_string_lossy())));
+            source.push(format!("token_file = {}", quote(&named(GIT_TOKEN_FILE))));
+        }
+        if options.relative {
+            say(
+                Level::Warning,
+                format!(
+                    "the packaged proxops-agent.service passes only pve-token-secret and \
+                     webhook-secret as credentials: add `LoadCredential={GIT_TOKEN_FILE}:{}` \
+                     with `systemctl edit proxops-agent`",
+                    path.display()
+                ),
+            );
         }
         say(
             Level::Mapped,
@@ -841,6 +881,16 @@ pub fn migrate(
             .to_owned(),
     );
 
+    if options.relative {
+        say(
+            Level::Note,
+            format!(
+                "secret files are named without a directory: they resolve beside agent.toml \
+                 ({}), and under proxops-agent.service from its systemd credentials",
+                options.secrets_dir.display()
+            ),
+        );
+    }
     let mut out = String::new();
     out.push_str("# agent.toml written by `proxops migrate-config` from:\n");
     for s in sources {
@@ -1021,6 +1071,37 @@ mod tests {
                 .any(|w| w.contains("secrets-file `secrets.sops.yaml`")
                     && w.contains("age_key_file")),
             "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn secrets_beside_agent_toml_are_named_by_credential_name() {
+        let m = migrate(
+            &[fixture("full.yaml")],
+            &BTreeMap::new(),
+            &Options {
+                relative: true,
+                ..options()
+            },
+        )
+        .unwrap();
+        assert!(
+            m.toml
+                .contains("token_secret_file = \"pve-token-secret\"\n"),
+            "{}",
+            m.toml
+        );
+        assert!(
+            m.toml.contains("token_file = \"git-token\"\n"),
+            "{}",
+            m.toml
+        );
+        assert!(
+            lines(&m, Level::Warning)
+                .iter()
+                .any(|w| w.contains("LoadCredential=git-token:/etc/proxops/git-token")),
+            "{:?}",
+            m.summary
         );
     }
 

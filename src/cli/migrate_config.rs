@@ -72,6 +72,11 @@ pub fn run(args: &Args) -> anyhow::Result<Exit> {
     };
     let secrets_dir = std::path::absolute(&args.secrets_dir)
         .with_context(|| format!("resolving {}", args.secrets_dir.display()))?;
+    // The secrets sit beside agent.toml (with stdout: the packaged /etc/proxops/agent.toml).
+    let toml_dir = match &args.out {
+        Some(out) => std::path::absolute(out)?.parent().map(PathBuf::from),
+        None => Some(PathBuf::from(DEFAULT_SECRETS_DIR)),
+    };
     let migration = migrate::migrate(
         &sources,
         &env,
@@ -79,6 +84,7 @@ pub fn run(args: &Args) -> anyhow::Result<Exit> {
             secrets_dir: secrets_dir.clone(),
             cluster: args.cluster.clone(),
             repo,
+            relative: toml_dir.as_deref() == Some(secrets_dir.as_path()),
         },
     )?;
     let mut written = Vec::new();

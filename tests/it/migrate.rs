@@ -94,6 +94,35 @@ fn a_go_repository_becomes_a_loadable_agent_toml_with_secrets_in_0600_files() {
     assert!(source.url.starts_with("file:///"), "{}", source.url);
     assert_eq!(source.branch, "prod");
     assert_eq!(source.token.unwrap().expose_secret(), GIT_SECRET);
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    assert!(
+        text.contains(&format!("{}/pve-token-secret", secrets.display())),
+        "{text}"
+    );
+
+    // agent.toml beside the secrets (the packaged layout): the files are named by their
+    // credential names, which resolve beside agent.toml.
+    let beside = secrets.join("agent.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_proxops"))
+        .args(["migrate-config", "--repo"])
+        .arg(&repo)
+        .arg("--secrets-dir")
+        .arg(&secrets)
+        .arg("--out")
+        .arg(&beside)
+        .env_remove("PROXOPS_CONFIG")
+        .env("PROXOPS_PVE_TOKEN", PVE_SECRET)
+        .env("PROXOPS_GIT_TOKEN", GIT_SECRET)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = std::fs::read_to_string(&beside).unwrap();
+    assert!(
+        text.contains("token_secret_file = \"pve-token-secret\"\n"),
+        "{text}"
+    );
+    let config = AgentConfig::load(&beside).unwrap();
+    assert_eq!(config.pve.token_secret.expose_secret(), PVE_SECRET);
 }
 
 #[test]
