@@ -261,20 +261,38 @@ impl AgentConfig {
     }
 
     /// Validates the text of a config file; `path` is used for messages and to resolve
-    /// relative secret-file paths.
+    /// relative file paths (see [`resolve_file`]), with systemd's `$CREDENTIALS_DIRECTORY`
+    /// when it is set.
     ///
     /// # Errors
     /// As [`AgentConfig::load`].
     pub fn from_toml(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let credentials = std::env::var_os(CREDENTIALS_DIRECTORY)
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from);
+        Self::from_toml_with_credentials(path, text, credentials.as_deref())
+    }
+
+    /// [`AgentConfig::from_toml`] with the credentials directory given rather than read
+    /// from the environment.
+    ///
+    /// # Errors
+    /// As [`AgentConfig::load`].
+    pub fn from_toml_with_credentials(
+        path: &Path,
+        text: &str,
+        credentials: Option<&Path>,
+    ) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| syntax_error(path, text, &e))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |file: &Path| resolve_file(base, credentials, file);
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             path: path.to_path_buf(),
             key: key.to_owned(),
             message,
         };
         let read_secret = |key: &str, file: &Path| -> Result<SecretString, ConfigError> {
-            let file = base.join(file);
+            let file = resolve(file);
             let text =
                 std::fs::read_to_string(&file).map_err(|source| ConfigError::SecretFile {
                     path: path.to_path_buf(),
@@ -338,7 +356,7 @@ impl AgentConfig {
                     path: s.path.unwrap_or_else(|| ".".to_owned()),
                     poll,
                     token,
-                    ssh_key_file: s.ssh_key_file.map(|f| base.join(f)),
+                    ssh_key_file: s.ssh_key_file.map(|f| resolve(&f)),
                 })
             }
         };
@@ -390,7 +408,7 @@ impl AgentConfig {
             raw_pve.fingerprint,
             raw_pve.insecure.unwrap_or(false),
         ) {
-            (Some(ca), None, false) => Trust::CaFile(base.join(ca)),
+            (Some(ca), None, false) => Trust::CaFile(resolve(&ca)),
             (None, Some(fp), false) => {
                 if !is_sha256_fingerprint(&fp) {
                     return Err(invalid(
@@ -464,6 +482,24 @@ impl AgentConfig {
             policy,
         })
     }
+}
+
+/// The environment variable systemd sets for a unit with `LoadCredential=`.
+pub const CREDENTIALS_DIRECTORY: &str = "CREDENTIALS_DIRECTORY";
+
+/// Where a file named in the config (`*_file` keys) is. An absolute path is taken as written.
+/// A relative one is first looked up in the credentials directory (`$CREDENTIALS_DIRECTORY`,
+/// set by systemd's `LoadCredential=`), so `token_secret_file = "pve-token-secret"` finds
+/// the credential of that name under the packaged unit, and otherwise is relative to the
+/// directory of the config file (`/etc/proxops/pve-token-secret` when run by hand).
+pub fn resolve_file(config_dir: &Path, credentials: Option<&Path>, file: &Path) -> PathBuf {
+    if file.is_relative()
+        && let Some(credential) = credentials.map(|dir| dir.join(file))
+        && credential.is_file()
+    {
+        return credential;
+    }
+    config_dir.join(file)
 }
 
 fn syntax_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
@@ -658,6 +694,76 @@ task_timeout = "10m"
             "{err}"
         );
         assert!(err.ends_with("/nope"), "{err}");
+    }
+
+    #[test]
+    fn relative_secret_files_are_read_from_the_credentials_directory_when_systemd_passed_them() {
+        let (dir, path) = write_config(
+            "node = \"pve1\"\n[webhook]\nsecret_file = \"webhook-secret\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"pve-token-secret\"\nca_file = \"pve-root-ca\"\n[source]\nurl = \"ssh://git@example.org/ops.git\"\nssh_key_file = \"git-ssh-key\"\n",
+        );
+        let credentials = dir.path().join("credentials");
+        std::fs::create_dir(&credentials).unwrap();
+        std::fs::write(credentials.join("pve-token-secret"), "from-credentials\n").unwrap();
+        std::fs::write(credentials.join("git-ssh-key"), "key").unwrap();
+        // Not passed as credentials: these fall back to the config file's directory.
+        std::fs::write(dir.path().join("webhook-secret"), HOOK_SECRET).unwrap();
+        let config = AgentConfig::from_toml_with_credentials(
+            &path,
+            &std::fs::read_to_string(&path).unwrap(),
+            Some(&credentials),
+        )
+        .unwrap();
+        use secrecy::ExposeSecret;
+        assert_eq!(config.pve.token_secret.expose_secret(), "from-credentials");
+        assert_eq!(config.webhook.unwrap().secret.expose_secret(), HOOK_SECRET);
+        assert_eq!(
+            config.source.unwrap().ssh_key_file.unwrap(),
+            credentials.join("git-ssh-key")
+        );
+        assert_eq!(
+            config.pve.trust,
+            Trust::CaFile(dir.path().join("pve-root-ca"))
+        );
+    }
+
+    #[test]
+    fn without_a_credentials_directory_relative_secret_files_are_beside_the_config() {
+        let (dir, path) = write_config(
+            "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"pve-token-secret\"\ninsecure = true\n",
+        );
+        std::fs::write(dir.path().join("pve-token-secret"), "beside-config").unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let config = AgentConfig::from_toml_with_credentials(&path, &text, None).unwrap();
+        use secrecy::ExposeSecret;
+        assert_eq!(config.pve.token_secret.expose_secret(), "beside-config");
+        // A credentials directory without that credential changes nothing.
+        let empty = tempfile::tempdir().unwrap();
+        let config =
+            AgentConfig::from_toml_with_credentials(&path, &text, Some(empty.path())).unwrap();
+        assert_eq!(config.pve.token_secret.expose_secret(), "beside-config");
+    }
+
+    #[test]
+    fn absolute_secret_paths_ignore_the_credentials_directory() {
+        let credentials = tempfile::tempdir().unwrap();
+        std::fs::write(credentials.path().join("token"), "shadow").unwrap();
+        let config_dir = Path::new("/etc/proxops");
+        assert_eq!(
+            resolve_file(
+                config_dir,
+                Some(credentials.path()),
+                Path::new("/srv/token")
+            ),
+            PathBuf::from("/srv/token")
+        );
+        assert_eq!(
+            resolve_file(config_dir, Some(credentials.path()), Path::new("token")),
+            credentials.path().join("token")
+        );
+        assert_eq!(
+            resolve_file(config_dir, Some(credentials.path()), Path::new("other")),
+            PathBuf::from("/etc/proxops/other")
+        );
     }
 
     #[test]

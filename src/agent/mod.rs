@@ -5,12 +5,14 @@
 //! - [`retry`]: the one place that turns a pass's verdict into the next delay.
 //! - [`pass`]: one recorded pass (fetch → validate → observe → plan → apply → record).
 //! - [`status`]: the live view shared with the HTTP API.
+//! - [`notify`]: readiness, reload and stop notifications to systemd (`Type=notify`).
 //!
 //! The loop starts with a pass at once (the Go program waited one interval), re-attaches
 //! first to PVE tasks a previous run started but never saw finish, and then waits for the
 //! next trigger. Webhook nudges go through a channel of capacity one: while a pass runs,
 //! any number of deliveries coalesce into exactly one more pass.
 
+pub mod notify;
 pub mod pass;
 pub mod retry;
 pub mod schedule;
@@ -200,10 +202,14 @@ pub async fn run(
         let interrupt = interrupt.clone();
         tokio::spawn(async move {
             shutdown.cancelled().await;
+            notify::stopping();
             interrupt.store(true, Ordering::SeqCst);
         })
     };
 
+    // Ready before re-attaching: waiting for a previous run's tasks may outlast systemd's
+    // start timeout, and the status API already answers.
+    notify::ready(config.listen);
     reattach(&running.deps, &shutdown).await;
 
     let mut backoff = Backoff::default();
@@ -231,6 +237,7 @@ pub async fn run(
             },
             () = tokio::time::sleep(delay) => Trigger::Poll,
             Some(()) = reload.recv() => {
+                notify::reloading();
                 match AgentConfig::load(config_path) {
                     Ok(config) => match build(&config, config_path, store.clone(), live.clone(), interrupt.clone(), metrics.clone()) {
                         Ok(rebuilt) => {
@@ -241,6 +248,7 @@ pub async fn run(
                     },
                     Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
                 }
+                notify::reloaded();
                 Trigger::Signal
             }
         };

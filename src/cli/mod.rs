@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod agent;
 pub mod apply;
 pub mod check;
+pub mod completions;
 pub mod drift;
 pub mod migrate_config;
 pub mod pass;
@@ -57,6 +58,12 @@ enum Command {
     Check(check::Args),
     /// Turn the Go ProxOps's proxops.yaml / clusters/<c>/config.yaml into an agent.toml.
     MigrateConfig(migrate_config::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(hide = true)]
+    Completions(completions::Args),
+    /// Print the manual page, or write one per subcommand with --dir.
+    #[command(hide = true)]
+    Man(completions::ManArgs),
 }
 
 /// The process exit codes ProxOps documents.
@@ -90,6 +97,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Schema(args) => schema::run(&args),
         Command::Check(args) => runtime()?.block_on(check::run(&args)),
         Command::MigrateConfig(args) => migrate_config::run(&args),
+        Command::Completions(args) => completions::run(&args),
+        Command::Man(args) => completions::man(&args),
         Command::Plan(args) => runtime()?.block_on(plan::run(&args)),
         Command::Apply(args) => runtime()?.block_on(apply::run(&args)),
         Command::Agent(args) => runtime()?.block_on(agent::run(&args)),

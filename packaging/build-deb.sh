@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the proxops .deb: the release binary, then the assets generated from it and from
+# agent.toml.example (so they never drift from the code), then `cargo deb --no-build`.
+# Prints the path of the .deb on the last line. Needs cargo-deb (installed if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target="${CARGO_TARGET_DIR:-target}"
+assets="$target/release/proxops-assets"
+
+if ! cargo deb --version >/dev/null 2>&1; then
+  cargo install cargo-deb --locked
+fi
+
+cargo build --release --locked -p proxops --bin proxops
+bin="$target/release/proxops"
+
+rm -rf "$assets"
+mkdir -p "$assets/man"
+# The default /etc/proxops/agent.toml: the example with its [section] headers commented too,
+# so the installed file parses and sets nothing until the operator edits it.
+{
+  echo "# Installed by the proxops package; edit it, dpkg keeps your changes on upgrade."
+  echo "# The same file with notes: /usr/share/doc/proxops/examples/agent.toml.example"
+  echo "# Operations guide: /usr/share/doc/proxops/operations.md"
+  sed -E 's/^\[/# [/' agent.toml.example
+} >"$assets/agent.toml"
+"$bin" completions bash >"$assets/proxops.bash"
+"$bin" completions zsh >"$assets/_proxops"
+"$bin" completions fish >"$assets/proxops.fish"
+"$bin" man --dir "$assets/man"
+gzip -9n "$assets"/man/*.1
+
+cargo deb --locked --no-build --strip -p proxops 2>&1 | tee "$assets/cargo-deb.log" >&2
+tail -n 1 "$assets/cargo-deb.log"
