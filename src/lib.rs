@@ -22,6 +22,7 @@ pub mod agent;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod execute;
 pub mod http;
 pub mod migrate;

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod apply;
 pub mod check;
 pub mod completions;
+pub mod demo;
 pub mod drift;
 pub mod migrate_config;
 pub mod pass;
@@ -38,6 +39,8 @@ impl Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the agent against a simulated PVE cluster and the example repository (no setup needed).
+    Demo(demo::Args),
     /// Check a manifest repository and report every problem in it.
     Validate(validate::Args),
     /// Show what a pass would change on PVE, without changing anything.
@@ -104,6 +107,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Agent(args) => runtime()?.block_on(agent::run(&args)),
         Command::Status(args) => runtime()?.block_on(status::run(&args)),
         Command::Drift(args) => runtime()?.block_on(drift::run(&args)),
+        Command::Demo(args) => runtime()?.block_on(demo::run(&args)),
     }
 }
 

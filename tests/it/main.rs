@@ -9,6 +9,7 @@ mod agent;
 mod artifacts;
 mod check;
 mod cli_validate;
+mod demo;
 mod git_server;
 mod guests;
 mod migrate;
