@@ -924,3 +924,52 @@ async fn an_unmanaged_guest_at_the_vmid_and_a_guest_on_another_node_are_left_unt
     assert_eq!(text(&config, "memory"), "1024");
     assert_all_requests_valid(&world);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_ct_is_created_stopped_and_marked_although_pve_answers_null() {
+    let world = World::start(&[("ct.tar.zst", TARBALL)]).await;
+    let api = Api::new(&world);
+    world.write(
+        "ctt/debian-12.yaml",
+        Some(&artifact(
+            "CTTemplate",
+            "debian-12",
+            &["pve1"],
+            CT_TEMPLATE,
+            &format!("{}/ct.tar.zst", world.files_url),
+            None,
+        )),
+    );
+    world.write(
+        "templatect/base-ct.yaml",
+        Some(
+            "apiVersion: proxops/v1alpha1
+kind: TemplateCT
+metadata: {name: base-ct}
+spec:
+  node: pve1
+  vmid: 8000
+  template: debian-12
+  memory: 512MiB
+  cpu: {cores: 1}
+  root: {storage: local-lvm, size: 4GiB}
+  options: {unprivileged: true}
+",
+        ),
+    );
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    assert!(
+        stdout(&apply).contains("promote TemplateCT/base-ct on pve1: ok"),
+        "{}",
+        stdout(&apply)
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let config = api.config("pve1", "lxc", 8000).await;
+    assert_eq!(text(&config, "template"), "1");
+    assert_eq!(api.status("pve1", "lxc", 8000).await, "stopped");
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    assert!(stdout(&plan).contains("no changes"), "{}", stdout(&plan));
+    assert_all_requests_valid(&world);
+}
