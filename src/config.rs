@@ -51,6 +51,17 @@ pub struct AgentConfig {
     pub pve: PveConfig,
     /// What the agent may do.
     pub policy: Policy,
+    /// Where the cluster's SOPS document and its age identity are.
+    pub secrets: SecretsConfig,
+}
+
+/// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecretsConfig {
+    /// The age identity file (`age_key_file`, else `$SOPS_AGE_KEY_FILE`).
+    pub age_key_file: Option<PathBuf>,
+    /// The SOPS document (`file`), instead of `clusters/<cluster>/secrets.sops.yaml`.
+    pub file: Option<PathBuf>,
 }
 
 /// `[source]`.
@@ -200,6 +211,14 @@ struct RawConfig {
     http: Option<RawHttp>,
     pve: Option<RawPve>,
     policy: Option<RawPolicy>,
+    secrets: Option<RawSecrets>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecrets {
+    age_key_file: Option<PathBuf>,
+    file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -445,6 +464,15 @@ impl AgentConfig {
             trust,
         };
 
+        let raw_secrets = raw.secrets.unwrap_or_default();
+        let secrets = SecretsConfig {
+            age_key_file: raw_secrets
+                .age_key_file
+                .map(|f| resolve(&f))
+                .or_else(|| crate::secrets::sops::identity_file(None)),
+            file: raw_secrets.file.map(|f| base.join(f)),
+        };
+
         let p = raw.policy.unwrap_or_default();
         let task_timeout_text = p
             .task_timeout
@@ -480,6 +508,7 @@ impl AgentConfig {
             listen,
             pve,
             policy,
+            secrets,
         })
     }
 }

@@ -12,6 +12,7 @@
 //! - [`observe`]: PVE GETs → `ObservedState` (the only pve → core mapping).
 //! - [`execute`]: runs a `Plan` on PVE, waits for tasks, reports (core → pve).
 //! - [`reconcile`]: one pass (validate → observe → plan → execute), shared by CLI and agent.
+//! - [`secrets`]: the cluster's SOPS document (age), decrypted in memory; ref checks.
 //! - [`output`]: the only place that prints (human text or JSON).
 //! - [`source`]: reading a revision's manifest files (a directory today, git later).
 //! - [`store`]: the agent's records in SQLite (passes, actions, drift, inventory).
@@ -29,6 +30,7 @@ pub mod migrate;
 pub mod observe;
 pub mod output;
 pub mod reconcile;
+pub mod secrets;
 pub mod source;
 pub mod store;
 pub mod telemetry;

@@ -70,7 +70,11 @@ pub fn run(args: &Args) -> anyhow::Result<Exit> {
 fn validate(args: &Args) -> anyhow::Result<Report> {
     let files = read_manifest_files(&args.path)
         .with_context(|| format!("reading manifests from {}", args.path.display()))?;
-    let loaded = proxops_core::repository::load(&files);
+    let mut loaded = proxops_core::repository::load(&files);
+    // `ssh-key-refs` / `ci-password-ref` against the cluster's SOPS key names (issue 10).
+    let refs = crate::secrets::refs::check(&args.path, &files, &loaded);
+    loaded.diagnostics.extend(refs);
+    proxops_core::diagnostic::sort_diagnostics(&mut loaded.diagnostics);
     let states = loaded
         .states
         .iter()

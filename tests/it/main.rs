@@ -15,4 +15,5 @@ mod guests;
 mod migrate;
 mod readme;
 mod sim;
+mod sops;
 mod support;

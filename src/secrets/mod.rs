@@ -1,0 +1,19 @@
+//! Secrets from the cluster's SOPS document: cloud-init SSH keys and passwords, decrypted
+//! in-process with the age backend, held only in memory as `SecretString`s.
+//!
+//! - [`sops`]: read and decrypt a SOPS file (age identity, AES-256-GCM values, MAC check), and
+//!   list its key names without decrypting.
+//! - [`refs`]: `proxops validate`'s check that every `ssh-key-refs` / `ci-password-ref` names a
+//!   key of its cluster's SOPS document.
+//! - `tree`: the order-preserving YAML reader both use.
+
+pub mod refs;
+pub mod sops;
+mod tree;
+
+pub use sops::{
+    AgeIdentity, KeyNames, RefStatus, SopsDocument, SopsError, key_names, load_identity,
+};
+
+#[cfg(test)]
+mod tests;
