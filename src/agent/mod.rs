@@ -33,7 +33,7 @@ use crate::execute;
 use crate::http::metrics::Metrics;
 use crate::http::{self, HttpState};
 use crate::observe::error_text;
-use crate::reconcile::Context;
+use crate::reconcile::{Context, PlanOptions};
 use crate::source::git::GitSource;
 use crate::store::{ActionOutcome, Store, Trigger};
 use crate::webhook::{Nudge, WebhookState};
@@ -124,6 +124,12 @@ fn build(
             node_label: node_label(&config.node),
             interrupt,
             metrics,
+            plan_options: PlanOptions {
+                prune: config.policy.prune,
+                max_prune: config.policy.max_prune,
+                restart_on_change: config.policy.restart_on_change,
+                inventory: None,
+            },
         },
         schedule,
     })

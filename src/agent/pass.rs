@@ -19,7 +19,7 @@ use crate::config::Mode;
 use crate::execute::{self, ApplyReport, Event, Outcome, Progress};
 use crate::http::metrics::Metrics;
 use crate::observe::error_text;
-use crate::reconcile::{self, Context, ReconcileError};
+use crate::reconcile::{self, Context, PlanOptions, ReconcileError};
 use crate::source::git::{GitSource, Revision};
 use crate::store::{ActionId, ActionOutcome, PassCounts, PassId, PassOutcome, Store, Trigger};
 
@@ -46,6 +46,10 @@ pub struct PassDeps {
     pub interrupt: Arc<AtomicBool>,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// Prune and restart policy. Prune candidates are the guests carrying the ownership tag
+    /// (DESIGN.md §3), so guests the Go program created are recognised; the store's inventory
+    /// records what this agent created and deleted.
+    pub plan_options: PlanOptions,
 }
 
 fn with_store<T>(store: &SharedStore, f: impl FnOnce(&mut Store) -> T) -> T {
@@ -140,7 +144,7 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         }
     };
 
-    let plan = reconcile::observe_and_plan(&deps.context, &desired).await;
+    let plan = reconcile::observe_and_plan_with(&deps.context, &desired, &deps.plan_options).await;
     record_findings(deps, &desired, &plan, &commit);
     let observe_failed = plan
         .findings
@@ -169,6 +173,9 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         None
     };
 
+    if let Some(report) = &report {
+        record_inventory(deps, report);
+    }
     let (outcome, counts) = match &report {
         _ if cancel.is_cancelled() => (
             PassOutcome::Interrupted,
@@ -209,6 +216,19 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         PassOutcome::Applied | PassOutcome::NoChange | PassOutcome::Interrupted => Verdict::Ok,
         PassOutcome::Failed | PassOutcome::Invalid => Verdict::Stalled,
     }
+}
+
+/// Records the guests this pass created (now owned) and deleted (released).
+fn record_inventory(deps: &PassDeps, report: &ApplyReport) {
+    let changes = report.inventory_changes();
+    with_store(&deps.store, |s| {
+        for (node, vmid, resource) in &changes.owned {
+            log_store_error(s.upsert_owned(node, resource, *vmid));
+        }
+        for (node, vmid) in &changes.released {
+            log_store_error(s.remove_owned(node, *vmid));
+        }
+    });
 }
 
 fn finish(deps: &PassDeps, pass: PassId, outcome: PassOutcome, counts: PassCounts) {
