@@ -5,9 +5,11 @@
 //!   list its key names without decrypting.
 //! - [`refs`]: `proxops validate`'s check that every `ssh-key-refs` / `ci-password-ref` names a
 //!   key of its cluster's SOPS document.
-//! - `tree`: the order-preserving YAML reader both use.
+//! - [`resolve`]: the agent's side: a cluster's document, a VM's refs resolved (fail closed).
+//! - `tree`: the order-preserving YAML reader these use.
 
 pub mod refs;
+pub mod resolve;
 pub mod sops;
 mod tree;
 

@@ -189,9 +189,20 @@ fn document_problem(secrets_path: &str, error: &SopsError) -> Diagnostic {
 
 /// The repository-relative path of the cluster's SOPS document.
 fn secrets_file(cluster: &str, files: &BTreeMap<String, String>) -> String {
+    cluster_secrets_file(
+        cluster,
+        files
+            .get(&format!("clusters/{cluster}/config.yaml"))
+            .map(String::as_str),
+    )
+}
+
+/// The repository-relative path of cluster `cluster`'s SOPS document, given the text of its
+/// `clusters/<cluster>/config.yaml` when there is one: its `pve.clusters.<cluster>.secrets-file`
+/// (relative to that folder), else `clusters/<cluster>/secrets.sops.yaml`.
+pub fn cluster_secrets_file(cluster: &str, config_yaml: Option<&str>) -> String {
     let folder = format!("clusters/{cluster}");
-    let named = files
-        .get(&format!("{folder}/config.yaml"))
+    let named = config_yaml
         .and_then(|text| tree::parse(text).ok())
         .and_then(|parsed| {
             parsed.documents.first().and_then(|doc| {

@@ -1,0 +1,197 @@
+//! The agent's side of references: which SOPS document a cluster uses, and a VM's
+//! `ssh-key-refs` / `ci-password-ref` resolved from it, failing closed before any PVE write.
+//!
+//! Not wired into guest creation yet (issue 10 item 3): the reconcile pass is to call
+//! [`open_cluster_document`] once per cluster and [`resolve_cloud_init`] per VM, and refuse
+//! the cluster's pass on any error. Resolved values stay [`SecretString`]s.
+
+use std::path::{Path, PathBuf};
+
+use proxops_core::manifest::CloudInitData;
+use secrecy::{ExposeSecret, SecretString};
+
+use super::refs::cluster_secrets_file;
+use super::sops::{self, SopsDocument, SopsError};
+use crate::config::SecretsConfig;
+
+/// A VM's cloud-init values that came from references.
+#[derive(Debug, Default)]
+pub struct CloudInitSecrets {
+    /// `ssh-key-refs`, resolved in list order.
+    pub ssh_keys: Vec<SecretString>,
+    /// `ci-password-ref`, resolved.
+    pub password: Option<SecretString>,
+}
+
+impl CloudInitSecrets {
+    /// The keys as PVE's `sshkeys` wants them before encoding: one OpenSSH line each.
+    pub fn ssh_keys_text(&self) -> Option<SecretString> {
+        if self.ssh_keys.is_empty() {
+            return None;
+        }
+        let lines: Vec<&str> = self
+            .ssh_keys
+            .iter()
+            .map(|k| k.expose_secret().trim())
+            .collect();
+        Some(SecretString::from(lines.join("\n")))
+    }
+}
+
+/// A reference names no usable value. Holds names, never values.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {field}: `{reference}` is {} in the SOPS document", .document.display(), if *.empty { "empty" } else { "missing" })]
+pub struct UnresolvedRef {
+    /// The SOPS document.
+    pub document: PathBuf,
+    /// `spec.cloud-init-data.ssh-key-refs[0]` or `spec.cloud-init-data.ci-password-ref`.
+    pub field: String,
+    /// The reference as written.
+    pub reference: String,
+    /// The key exists but its value is empty.
+    pub empty: bool,
+}
+
+/// The SOPS document of `cluster` in the checkout at `repo_root`: `[secrets] file` when set,
+/// else the `secrets-file` of `clusters/<cluster>/config.yaml`, else
+/// `clusters/<cluster>/secrets.sops.yaml`.
+pub fn cluster_document_path(repo_root: &Path, cluster: &str, config: &SecretsConfig) -> PathBuf {
+    if let Some(file) = &config.file {
+        return file.clone();
+    }
+    let config_yaml =
+        std::fs::read_to_string(repo_root.join("clusters").join(cluster).join("config.yaml")).ok();
+    repo_root.join(cluster_secrets_file(cluster, config_yaml.as_deref()))
+}
+
+/// Reads the age identity (`[secrets] age_key_file`, else `SOPS_AGE_KEY_FILE`) and decrypts
+/// the cluster's SOPS document.
+///
+/// # Errors
+/// Every [`SopsError`]: a missing or wrong identity, an unencrypted, tampered or malformed file.
+pub fn open_cluster_document(
+    repo_root: &Path,
+    cluster: &str,
+    config: &SecretsConfig,
+) -> Result<SopsDocument, SopsError> {
+    let path = cluster_document_path(repo_root, cluster, config);
+    let identity = sops::load_identity(config.age_key_file.as_deref(), &path)?;
+    SopsDocument::load(&path, &identity)
+}
+
+/// Resolves a VM's `ssh-key-refs` (in order) and `ci-password-ref` from `document`.
+///
+/// # Errors
+/// The first reference that is missing or empty.
+pub fn resolve_cloud_init(
+    document: &SopsDocument,
+    data: &CloudInitData,
+) -> Result<CloudInitSecrets, UnresolvedRef> {
+    let unresolved = |field: String, reference: &str| UnresolvedRef {
+        document: document.path().to_path_buf(),
+        field,
+        reference: reference.to_owned(),
+        empty: document
+            .get(reference)
+            .is_some_and(|v| v.expose_secret().is_empty()),
+    };
+    let mut secrets = CloudInitSecrets::default();
+    for (i, reference) in data.ssh_key_refs.iter().enumerate() {
+        let key = document.resolve(reference).ok_or_else(|| {
+            unresolved(format!("spec.cloud-init-data.ssh-key-refs[{i}]"), reference)
+        })?;
+        secrets.ssh_keys.push(key.clone());
+    }
+    if let Some(reference) = &data.ci_password_ref {
+        let password = document.resolve(reference).ok_or_else(|| {
+            unresolved("spec.cloud-init-data.ci-password-ref".to_owned(), reference)
+        })?;
+        secrets.password = Some(password.clone());
+    }
+    Ok(secrets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixtures() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    }
+
+    fn config() -> SecretsConfig {
+        SecretsConfig {
+            age_key_file: Some(fixtures().join("sops/getsops-sops/keys.txt")),
+            file: None,
+        }
+    }
+
+    #[test]
+    fn secrets_cluster_document_resolves_a_vms_refs_in_order() {
+        let repo = fixtures().join("sops-repo");
+        let doc = open_cluster_document(&repo, "lab", &config()).unwrap();
+        let data = CloudInitData {
+            ssh_key_refs: vec![
+                "cloud-init.ssh-keys.deploy".to_owned(),
+                "cloud-init.ssh-keys.admin".to_owned(),
+            ],
+            ci_password_ref: Some("cloud-init.passwords.default".to_owned()),
+            ..CloudInitData::default()
+        };
+        let secrets = resolve_cloud_init(&doc, &data).unwrap();
+        let keys = secrets.ssh_keys_text().unwrap();
+        let lines: Vec<&str> = keys.expose_secret().lines().collect();
+        assert!(lines[0].ends_with("deploy@example"), "{lines:?}");
+        assert!(lines[1].ends_with("admin@example"), "{lines:?}");
+        assert_eq!(secrets.password.unwrap().expose_secret(), "s3cr3t-Passw0rd");
+    }
+
+    #[test]
+    fn secrets_a_missing_ref_fails_closed_naming_the_field_not_a_value() {
+        let repo = fixtures().join("sops-repo");
+        let doc = open_cluster_document(&repo, "lab", &config()).unwrap();
+        let data = CloudInitData {
+            ssh_key_refs: vec![
+                "cloud-init.ssh-keys.admin".to_owned(),
+                "cloud-init.ssh-keys.ops".to_owned(),
+            ],
+            ..CloudInitData::default()
+        };
+        let err = resolve_cloud_init(&doc, &data).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.ends_with(
+                "secrets.sops.yaml: spec.cloud-init-data.ssh-key-refs[1]: `cloud-init.ssh-keys.ops` is missing in the SOPS document"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("AdminKeyForTestsOnly"), "{text}");
+    }
+
+    #[test]
+    fn secrets_document_path_prefers_the_agent_config_then_config_yaml() {
+        let repo = fixtures().join("sops-repo");
+        assert_eq!(
+            cluster_document_path(&repo, "lab", &SecretsConfig::default()),
+            repo.join("clusters/lab/secrets.sops.yaml")
+        );
+        let config = SecretsConfig {
+            age_key_file: None,
+            file: Some(PathBuf::from("/srv/other.sops.yaml")),
+        };
+        assert_eq!(
+            cluster_document_path(&repo, "lab", &config),
+            PathBuf::from("/srv/other.sops.yaml")
+        );
+        let err = open_cluster_document(
+            &repo,
+            "lab",
+            &SecretsConfig {
+                age_key_file: Some(fixtures().join("sops/fluxcd/age.txt")),
+                file: None,
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(err, SopsError::WrongIdentity { .. }), "{err}");
+    }
+}
