@@ -59,7 +59,7 @@ enum Command {
     Schema(schema::Args),
     /// Check PVE against what the manifests and the current plan need (storages, bridges, privileges).
     Check(check::Args),
-    /// Turn the Go ProxOps's proxops.yaml / clusters/<c>/config.yaml into an agent.toml.
+    /// Turn the Go ProxOps's `proxops.yaml` / `clusters/<c>/config.yaml` into an agent.toml.
     MigrateConfig(migrate_config::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(hide = true)]
