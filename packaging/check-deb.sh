@@ -120,7 +120,7 @@ if [[ "${CI:-}" != true && "${PROXOPS_ALLOW_DPKG:-}" != 1 ]]; then
   echo "check-deb: skipping dpkg -i (set CI=true or PROXOPS_ALLOW_DPKG=1 on a throwaway machine)"
   exit 0
 fi
-if dpkg-query -W -f='${Status}' proxops 2>/dev/null | grep -q 'install ok'; then
+if dpkg-query -W -f='${Status}' proxops 2>/dev/null | grep -q '^install ok installed$'; then
   fail "proxops is already installed here; not replacing it"
 fi
 cleanup() {
