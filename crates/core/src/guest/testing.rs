@@ -11,14 +11,12 @@ use crate::desired::Manifest;
 use crate::manifest::{Resource, parse_file};
 use crate::resource::Kind;
 
+// The manifest tests' fixtures: one full VM and LXC, and the document builder.
+pub(crate) use crate::manifest::testing::{FULL_LXC, FULL_VM, doc};
+
 /// The size PVE gives an imported image in these tests (the Debian 13 genericcloud image gave
 /// 3G on a live PVE; any value works as long as it is stated).
 pub(crate) const IMPORTED_IMAGE_SIZE: u64 = 2 << 30;
-
-/// The envelope of a document.
-pub(crate) fn doc(kind: &str, name: &str, spec: &str) -> String {
-    format!("apiVersion: proxops/v1alpha1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n{spec}")
-}
 
 /// Every resource of `docs` checked together as one desired state.
 pub(crate) fn manifest(docs: &[String]) -> Manifest {
@@ -205,101 +203,3 @@ fn json_value(text: &str) -> Value {
     text.parse::<u64>()
         .map_or_else(|_| Value::from(text), Value::from)
 }
-
-/// A VM using every key of the format (a copy of the manifest tests' fixture, so that
-/// changes there do not silently change what these tests pin).
-pub(crate) const FULL_VM: &str = r#"apiVersion: proxops/v1alpha1
-kind: VM
-metadata:
-  name: web-1
-  namespace: default
-  labels: {team: web}
-  annotations:
-    proxops/depends-on: "LXC:db-1, iso:netinst"
-    proxops/drift: report
-    proxops/adopt: "true"
-    proxops/restart: on-change
-spec:
-  node: pve1
-  vmid: 101
-  state: started
-  memory: 4GiB
-  cpu: {type: host, cores: 2, flags: [+aes]}
-  disks:
-    - {storage: local-lvm, size: 32GiB, interface: scsi0, controller: virtio-scsi-single, iothread: true, discard: on, ssd: true, aio: io_uring}
-    - {storage: local-lvm, image: debian-cloud, size: 40GiB, interface: virtio1}
-  networks:
-    - {model: virtio, bridge: vmbr0, mac: "BC:24:11:00:00:01", vlan: 20, rate-limit: 100, firewall: true, slot: net0}
-    - {bridge: vmbr1}
-  hardware:
-    machine: q35
-    bios: ovmf
-    display: std
-    sockets: 1
-    numa: false
-    serial0: socket
-    cdrom: {iso: netinst, media: cdrom}
-    efi-disk: {storage: local-lvm, size: 4MiB, template: 4m, secure-boot: enabled}
-    cloud-init: {enabled: true, storage: local-lvm, size: 4M}
-    tpm: {storage: local-lvm, version: v2.0}
-    pci-devices:
-      - {slot: hostpci0, device: "0000:01:00.0", pcie: true}
-  options:
-    onboot: true
-    startup: order=1
-    protection: false
-    agent: true
-    acpi: true
-    tablet: false
-    hotplug: [disk, network]
-    boot-order: [scsi0, ide3, net0]
-    hidden: false
-    nested-virt: true
-  cloud-init-data:
-    ci-user: debian
-    ssh-keys: ["ssh-ed25519 AAAAC3Nza user@host"]
-    ci-password-ref: cloud-init.passwords.default
-    nameservers: [10.0.0.1]
-    search-domains: [lab.example]
-    ipconfigs:
-      - {nic: 0, ip: 10.0.0.10/24, gateway: 10.0.0.1}
-      - {nic: 1, ip: dhcp}
-  pve-name: web-1.lab
-  pve-description: the web server
-  tags: [web, prod]
-  extra: {args: "-cpu host", balloon: 0}
-"#;
-
-/// An LXC using every key of the format (copied likewise).
-pub(crate) const FULL_LXC: &str = r#"apiVersion: proxops/v1alpha1
-kind: LXC
-metadata:
-  name: db-1
-  labels: {team: data}
-spec:
-  node: pve2
-  vmid: 201
-  state: stopped
-  template: debian-13
-  memory: 1GiB
-  swap: 512MiB
-  cpu: {cores: 2, units: 1024}
-  root: {storage: local-lvm, size: 8GiB}
-  mount-points:
-    - storage: local-lvm
-      size: 16GiB
-      mount-point: /var/lib/postgresql
-      slot: mp0
-      options: {read-only: false, backup: true, acl: true, quota: false, shared: false, mount-options: noatime}
-  bind-mounts:
-    - {host-path: /tank/backups, mount-point: /backups, read-only: true}
-  networks:
-    - {bridge: vmbr0, iface: eth0, type: veth, tag: 20, hwaddr: "BC:24:11:00:00:02", rate-limit: 50, firewall: true, ip: 10.0.0.20/24, gw: 10.0.0.1, slot: net0}
-    - {bridge: vmbr1, ip: dhcp}
-  dns: {hostname: db-1.lab, nameservers: [10.0.0.1], domain: lab.example}
-  arch: amd64
-  options: {unprivileged: true, protection: false, onboot: true, console: true, nesting: true, keyctl: false, fuse: false, startup: "order=2", ttys: 2}
-  pve-description: database
-  tags: [db]
-  extra: {cmode: tty}
-"#;
