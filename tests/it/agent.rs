@@ -29,6 +29,11 @@ impl Agent {
 
     /// An agent for `node`, with its own config, state directory, port and log.
     async fn start_on(world: &World, repo: &TestRepo, node: &str) -> Agent {
+        Agent::start_polling(world, repo, node, "1h").await
+    }
+
+    /// As [`Agent::start_on`], polling every `poll`.
+    async fn start_polling(world: &World, repo: &TestRepo, node: &str, poll: &str) -> Agent {
         let daemon = repo.serve();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -41,7 +46,7 @@ impl Agent {
         let base = world.sim.base_url();
         let config = format!(
             "node = \"{node}\"\nstate_dir = \"{state}\"\n\
-             [source]\nurl = \"{url}\"\nbranch = \"main\"\npoll = \"1h\"\n\
+             [source]\nurl = \"{url}\"\nbranch = \"main\"\npoll = \"{poll}\"\n\
              [webhook]\nsecret_file = \"hook-secret\"\n\
              [http]\nlisten = \"{listen}\"\n\
              [pve]\nurl = \"{pve}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{fp}\"\n\
@@ -478,4 +483,88 @@ async fn two_agents_scoped_to_two_nodes_each_apply_only_their_own_node() {
     assert_eq!(first.get("/api/v1/status").await["node"], "pve1");
     assert_eq!(second.get("/api/v1/status").await["node"], "pve2");
     assert!(first.terminate().success() && second.terminate().success());
+}
+
+/// Changes a guest's config through PVE's API, as an operator with a shell would.
+async fn pve_put(world: &World, path: &str, form: &[(&str, &str)]) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let response = http
+        .put(format!("{}{path}", world.sim.base_url()))
+        .header(
+            "Authorization",
+            "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
+        )
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drift_found_on_a_poll_without_a_new_commit_is_recorded_then_resolved_after_correction() {
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    let vm = "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata:\n  name: web-1\n  annotations:\n    proxops/drift: report\nspec:\n  node: pve1\n  vmid: 101\n  state: stopped\n  memory: 512MiB\n  cpu: {type: host, cores: 1}\n  disks: [{storage: local-lvm, size: 1GiB}]\n  networks: [{bridge: vmbr0}]\n";
+    let commit = repo.commit_files(&[("vm/web-1.yaml", vm)], "one VM, drift reported only");
+    let agent = Agent::start_polling(&world, &repo, "pve1", "1s").await;
+    agent
+        .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(commit.as_str()))
+        .await;
+    assert!(
+        agent.get("/api/v1/drift").await["open"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // Out of band, no new commit: the next poll finds it and records it (report only).
+    pve_put(&world, "/nodes/pve1/qemu/101/config", &[("memory", "1024")]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let finding = loop {
+        let drift = agent.get("/api/v1/drift").await;
+        if let Some(f) = drift["open"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["resource"] == "VM/web-1")
+        {
+            break f.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no drift finding recorded: {drift}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(finding["first_seen_commit"].as_str(), Some(commit.as_str()));
+    assert!(finding.to_string().contains("memory"), "{finding}");
+
+    // The operator puts it back: the finding is resolved on a later poll.
+    pve_put(&world, "/nodes/pve1/qemu/101/config", &[("memory", "512")]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let drift = agent.get("/api/v1/drift").await;
+        let open = drift["open"].as_array().unwrap();
+        let resolved = drift["resolved"].as_array().unwrap();
+        if open.is_empty()
+            && resolved
+                .iter()
+                .any(|f| f["resource"] == "VM/web-1" && f["resolved_at"].is_string())
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "finding not resolved: {drift}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut agent = agent;
+    assert!(agent.terminate().success());
 }
