@@ -373,8 +373,8 @@ async fn wait_for_download_post(world: &World) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn after_kill_9_during_a_download_the_agent_reattaches_and_never_downloads_twice() {
+/// An agent whose first pass is waiting for a 4 s download of one ISO (simulated task time).
+async fn agent_mid_download() -> (World, TestRepo, Agent, String) {
     let world = World::start_with(&[("a.iso", ISO)], Duration::from_secs(4)).await;
     let repo = TestRepo::new();
     let a = artifact(
@@ -386,8 +386,14 @@ async fn after_kill_9_during_a_download_the_agent_reattaches_and_never_downloads
         None,
     );
     let commit = repo.commit_files(&[("iso/a.yaml", &a)], "one ISO");
-    let mut agent = Agent::start(&world, &repo).await;
+    let agent = Agent::start(&world, &repo).await;
     wait_for_download_post(&world).await;
+    (world, repo, agent, commit)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_during_a_download_the_agent_reattaches_and_never_downloads_twice() {
+    let (world, _repo, mut agent, commit) = agent_mid_download().await;
     agent.kill9();
 
     agent.respawn();
@@ -422,19 +428,7 @@ async fn after_kill_9_during_a_download_the_agent_reattaches_and_never_downloads
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_mid_pass_exits_cleanly_and_records_the_pass_as_interrupted() {
-    let world = World::start_with(&[("a.iso", ISO)], Duration::from_secs(4)).await;
-    let repo = TestRepo::new();
-    let a = artifact(
-        "ISO",
-        "a",
-        &["pve1"],
-        "a.iso",
-        &format!("{}/a.iso", world.files_url),
-        None,
-    );
-    let commit = repo.commit_files(&[("iso/a.yaml", &a)], "one ISO");
-    let mut agent = Agent::start(&world, &repo).await;
-    wait_for_download_post(&world).await;
+    let (_world, _repo, mut agent, commit) = agent_mid_download().await;
     let exit = agent.terminate();
     assert!(exit.success(), "{exit:?}");
 
