@@ -7,7 +7,9 @@
 //!
 //! The budget protects the agent from hostile input: aliases are expanded by copying, and every
 //! copied node counts against [`MAX_NODES`], so a "billion laughs" document stops after a few
-//! thousand nodes; nesting deeper than [`MAX_DEPTH`] stops the document too. A syntax error or
+//! thousand nodes; nesting deeper than [`MAX_DEPTH`] stops the document too. Copied scalar text
+//! counts against [`MAX_TEXT_BYTES`], since a node budget alone lets 20,000 aliases of one
+//! long scalar copy gigabytes. A syntax error or
 //! an exhausted budget abandons that document only; the next `---` starts afresh.
 
 use std::borrow::Cow;
@@ -23,6 +25,9 @@ use crate::diagnostic::Diagnostic;
 pub(crate) const MAX_NODES: usize = 20_000;
 /// Deepest nesting of sequences and mappings in one document. Manifests need about eight.
 pub(crate) const MAX_DEPTH: usize = 32;
+/// Most scalar text one document may hold, counting every copy an alias makes: twice the
+/// largest file (`MAX_FILE_BYTES`), so a file under the size limit never hits it without aliases.
+pub(crate) const MAX_TEXT_BYTES: usize = 2 * super::MAX_FILE_BYTES;
 
 /// One YAML node and where it starts.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,8 +247,10 @@ struct Builder<'p> {
     path: &'p str,
     stack: Vec<Frame>,
     root: Option<Node>,
-    anchors: HashMap<usize, (Node, usize)>,
+    /// Anchored nodes with their node count and scalar text bytes (what an alias copies).
+    anchors: HashMap<usize, (Node, usize, usize)>,
     nodes: usize,
+    text_bytes: usize,
     problems: Vec<Diagnostic>,
 }
 
@@ -262,6 +269,7 @@ impl<'p> Builder<'p> {
             root: None,
             anchors: HashMap::new(),
             nodes: 0,
+            text_bytes: 0,
             problems: Vec::new(),
         }
     }
@@ -300,6 +308,10 @@ impl<'p> Builder<'p> {
                     Ok(())
                 }
                 Event::Scalar(text, style, anchor, tag) => {
+                    self.text_bytes = self.text_bytes.saturating_add(text.len());
+                    if self.text_bytes > MAX_TEXT_BYTES {
+                        return Outcome::Abandoned(Box::new(self.too_much_text(at)));
+                    }
                     let core = tag.as_ref().map(|t| {
                         t.core_suffix()
                             .map(str::to_owned)
@@ -363,10 +375,13 @@ impl<'p> Builder<'p> {
                 ),
                 Event::SequenceEnd | Event::MappingEnd => self.close(),
                 Event::Alias(id) => match self.anchors.get(&id) {
-                    Some((node, size)) => {
+                    Some((node, size, bytes)) => {
                         let size = *size;
+                        self.text_bytes = self.text_bytes.saturating_add(*bytes);
                         if self.nodes.saturating_add(size) > MAX_NODES {
                             Err(self.too_large(at))
+                        } else if self.text_bytes > MAX_TEXT_BYTES {
+                            Err(self.too_much_text(at))
                         } else {
                             let mut copy = node.clone();
                             copy.location = at;
@@ -389,6 +404,17 @@ impl<'p> Builder<'p> {
             format!("document too large: more than {MAX_NODES} YAML nodes after expanding aliases"),
         )
         .with_help("a manifest needs a few hundred nodes; check for recursive or repeated aliases")
+    }
+
+    fn too_much_text(&self, at: Location) -> Diagnostic {
+        self.error(
+            at,
+            format!(
+                "document too large: more than {} MiB of text after expanding aliases",
+                MAX_TEXT_BYTES / (1024 * 1024)
+            ),
+        )
+        .with_help("check for aliases that repeat long values")
     }
 
     fn open(&mut self, at: Location, frame: Frame) -> Result<(), Diagnostic> {
@@ -522,7 +548,8 @@ impl<'p> Builder<'p> {
             return Err(self.too_large(node.location));
         }
         if anchor != 0 {
-            self.anchors.insert(anchor, (node.clone(), size));
+            self.anchors
+                .insert(anchor, (node.clone(), size, text_bytes(&node)));
         }
         match self.stack.last_mut() {
             None => self.root = Some(node),
@@ -546,6 +573,19 @@ impl<'p> Builder<'p> {
             }
         }
         Ok(())
+    }
+}
+
+/// The scalar text a node holds, keys included; depth is bounded by `MAX_DEPTH`.
+fn text_bytes(node: &Node) -> usize {
+    match &node.value {
+        Value::Null => 0,
+        Value::Scalar { text, .. } => text.len(),
+        Value::Seq(items) => items.iter().map(text_bytes).sum(),
+        Value::Map(entries) => entries
+            .iter()
+            .map(|(k, v)| text_bytes(k) + text_bytes(v))
+            .sum(),
     }
 }
 
