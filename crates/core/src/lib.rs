@@ -26,6 +26,7 @@ pub mod plan;
 pub mod repository;
 pub mod resource;
 pub mod schema;
+pub mod secret;
 
 pub use desired::Manifest;
 pub use graph::DependencyGraph;

@@ -271,6 +271,12 @@ fn matches(rule: &Rule, desired: &str, observed: Option<&str>) -> bool {
             set_of(desired, *lowercase) == set_of(observed.unwrap_or(""), *lowercase)
         }
         Rule::SshKeys => ssh_key_set(desired) == ssh_key_set(observed.unwrap_or("")),
+        // `desired` is only a marker: the sealed keys are what is compared.
+        Rule::SealedSshKeys(keys) => {
+            ssh_key_set(keys.expose()) == ssh_key_set(observed.unwrap_or(""))
+        }
+        // PVE reports a set password as a fixed mask: present is all that can be checked.
+        Rule::SealedPassword(_) => observed.is_some(),
         Rule::Description => {
             observed.unwrap_or("").trim_end_matches(['\n', '\r'])
                 == desired.trim_end_matches(['\n', '\r'])

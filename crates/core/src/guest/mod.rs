@@ -20,7 +20,7 @@ pub use property::{
 };
 pub use render::{
     Artifacts, DiskRole, DiskRule, OWNERSHIP_TAG, Owned, RenderedConfig, Resize, Rule, Unsent,
-    render, render_lxc, render_vm,
+    render, render_lxc, render_vm, sealed_value,
 };
 
 /// The two PVE guest types, which have different config vocabularies.

@@ -15,10 +15,11 @@ use super::GuestType;
 use super::property::{bool_value, percent_encode};
 use crate::desired::Manifest;
 use crate::manifest::{
-    Aio, Bios, ByteSize, Discard, EfiTemplate, IpAssignment, LxcSpec, Machine, Media, Resource,
-    SecureBoot, Spec, SshKeys, TpmVersion, VmSpec,
+    Aio, Bios, ByteSize, CloudInitData, Discard, EfiTemplate, IpAssignment, LxcSpec, Machine,
+    Media, Resource, SecureBoot, Spec, SshKeys, TpmVersion, VmSpec,
 };
 use crate::resource::{Kind, ResourceId};
+use crate::secret::{Sealed, is_marker, marker};
 
 /// The tag that marks a guest as created (owned) by ProxOps.
 pub const OWNERSHIP_TAG: &str = "proxops";
@@ -97,6 +98,13 @@ pub enum Rule {
     },
     /// `sshkeys`: the percent-decoded lines compared as a set.
     SshKeys,
+    /// `sshkeys` from `ssh-key-refs`: the owned value is a [`marker`]; these sealed,
+    /// percent-encoded keys are compared as a decoded set and sent in its place.
+    SealedSshKeys(Sealed),
+    /// `cipassword` from `ci-password-ref`: the owned value is a [`marker`]; any live value
+    /// satisfies it (PVE reports a fixed mask), so the sealed password is sent only when PVE
+    /// has none.
+    SealedPassword(Sealed),
     /// Text whose trailing newlines are ignored (`description`); empty matches absent.
     Description,
     /// A volume: compared by pool, size and declared options, never rewritten in create form.
@@ -221,6 +229,16 @@ impl RenderedConfig {
     /// The create-form value of an owned key.
     pub fn value(&self, key: &str) -> Option<&str> {
         self.owned.get(key).map(|o| o.value.as_str())
+    }
+
+    /// The sealed value behind `planned` when `planned` is the marker this config owns for
+    /// `key`.
+    pub fn unsealed(&self, key: &str, planned: &str) -> Option<&Sealed> {
+        let owned = self.owned.get(key).filter(|o| o.value == planned)?;
+        match &owned.rule {
+            Rule::SealedSshKeys(sealed) | Rule::SealedPassword(sealed) => Some(sealed),
+            _ => None,
+        }
     }
 
     fn own(&mut self, key: impl Into<String>, value: impl Into<String>, rule: Rule) {
@@ -616,20 +634,7 @@ fn render_cloud_init_data(spec: &VmSpec, out: &mut RenderedConfig) {
         }
         SshKeys::Unmanaged => {}
     }
-    if !ci.ssh_key_refs.is_empty() {
-        out.kept.insert("sshkeys".to_owned());
-        out.unsent(
-            "spec.cloud-init-data.ssh-key-refs",
-            "keys from the cluster's SOPS document are not resolved yet",
-        );
-    }
-    if ci.ci_password_ref.is_some() {
-        out.kept.insert("cipassword".to_owned());
-        out.unsent(
-            "spec.cloud-init-data.ci-password-ref",
-            "passwords from the cluster's SOPS document are not resolved yet",
-        );
-    }
+    render_secret_refs(ci, out);
     if !ci.nameservers.is_empty() {
         let rule = Rule::Set { lowercase: false };
         out.own("nameserver", ci.nameservers.join(" "), rule);
@@ -661,6 +666,77 @@ fn render_cloud_init_data(spec: &VmSpec, out: &mut RenderedConfig) {
             out.own(format!("ipconfig{}", ipc.nic), parts.join(","), rule);
         }
     }
+}
+
+/// `ssh-key-refs` and `ci-password-ref`: owned with a [`marker`] as their value once the
+/// binary has resolved them (`ci.resolved`), so no plan ever holds a key or a password; left
+/// alone (kept, noted as unsent) when nothing resolved them, as in a plan made without the
+/// SOPS document.
+fn render_secret_refs(ci: &CloudInitData, out: &mut RenderedConfig) {
+    let resolved = ci.resolved.as_ref();
+    if !ci.ssh_key_refs.is_empty() {
+        let keys = resolved.map(|r| r.ssh_keys.as_slice()).unwrap_or_default();
+        if keys.len() == ci.ssh_key_refs.len() {
+            // Deduplicated in order, trimmed and encoded like plain `ssh-keys`.
+            let mut seen = BTreeSet::new();
+            let lines: Vec<&str> = keys
+                .iter()
+                .map(|k| k.expose().trim())
+                .filter(|k| !k.is_empty() && seen.insert(*k))
+                .collect();
+            let sealed = Sealed::new(percent_encode(&lines.join("\n")));
+            out.own(
+                "sshkeys",
+                marker(&ci.ssh_key_refs),
+                Rule::SealedSshKeys(sealed),
+            );
+        } else {
+            out.kept.insert("sshkeys".to_owned());
+            out.unsent(
+                "spec.cloud-init-data.ssh-key-refs",
+                "not resolved: only a pass that reads the cluster's SOPS document writes them",
+            );
+        }
+    }
+    if let Some(reference) = &ci.ci_password_ref {
+        match resolved.and_then(|r| r.password.as_ref()) {
+            Some(password) => out.own(
+                "cipassword",
+                marker(std::slice::from_ref(reference)),
+                Rule::SealedPassword(password.clone()),
+            ),
+            None => {
+                out.kept.insert("cipassword".to_owned());
+                out.unsent(
+                    "spec.cloud-init-data.ci-password-ref",
+                    "not resolved: only a pass that reads the cluster's SOPS document writes it",
+                );
+            }
+        }
+    }
+}
+
+/// What to send for `key` of guest `resource` when a plan carries `planned` for it: the
+/// planned value itself, or the sealed value behind a [`marker`] (the executor calls this as
+/// it builds the request, so the plan never holds the secret).
+///
+/// # Errors
+/// A marker that nothing resolved (never sent: PVE would take it as the password).
+pub fn sealed_value<'a>(
+    resource: Option<&Resource>,
+    key: &str,
+    planned: &'a str,
+) -> Result<std::borrow::Cow<'a, str>, String> {
+    if !is_marker(planned) {
+        return Ok(std::borrow::Cow::Borrowed(planned));
+    }
+    resource
+        .and_then(|r| render(r, &Artifacts::new()))
+        .and_then(|rendered| rendered.unsealed(key, planned).cloned())
+        .map(|sealed| std::borrow::Cow::Owned(sealed.expose().to_owned()))
+        .ok_or_else(|| {
+            format!("{key}: {planned} was not resolved from the cluster's SOPS document; not sent")
+        })
 }
 
 /// The PVE config an LXC or TemplateCT owns. `name` is `metadata.name`.
@@ -994,6 +1070,101 @@ pub(crate) mod tests {
             ]
         );
         assert!(r.kept.contains("cipassword"));
+    }
+
+    /// A VM with two key refs and a password ref, resolved as the binary would.
+    fn resolved_refs_vm() -> Resource {
+        let text = doc(
+            "VM",
+            "sealed",
+            "  node: pve1\n  vmid: 130\n  memory: 1GiB\n  cpu: {type: host, cores: 1}\n  \
+             disks: [{storage: local-lvm, size: 8GiB}]\n  cloud-init-data:\n    \
+             ssh-key-refs: [cloud-init.ssh-keys.admin, cloud-init.ssh-keys.deploy]\n    \
+             ci-password-ref: cloud-init.passwords.default\n",
+        );
+        let mut vm = crate::guest::testing::resource(&text);
+        if let Some(Spec::Vm(spec)) = &mut vm.spec {
+            spec.cloud_init_data.resolved = Some(crate::secret::ResolvedCloudInit {
+                ssh_keys: vec![
+                    Sealed::new("ssh-ed25519 AAAAadmin admin@example"),
+                    Sealed::new("ssh-ed25519 AAAAdeploy deploy@example\n"),
+                ],
+                password: Some(Sealed::new("s3cr3t-Passw0rd")),
+            });
+        }
+        vm
+    }
+
+    #[test]
+    fn resolved_refs_render_as_markers_and_the_executor_gets_the_sealed_values() {
+        let vm = resolved_refs_vm();
+        let r = render(&vm, &Artifacts::new()).expect("a guest");
+        let keys_marker = "(secret: cloud-init.ssh-keys.admin, cloud-init.ssh-keys.deploy)";
+        let password_marker = "(secret: cloud-init.passwords.default)";
+        assert_eq!(r.value("sshkeys"), Some(keys_marker));
+        assert_eq!(r.value("cipassword"), Some(password_marker));
+        assert!(r.unsent.is_empty() && r.kept.is_empty(), "{r:?}");
+        let printed = format!("{r:?}{:?}", r.create_params());
+        assert!(
+            !printed.contains("AAAA") && !printed.contains("s3cr3t"),
+            "{printed}"
+        );
+
+        assert_eq!(
+            sealed_value(Some(&vm), "sshkeys", keys_marker).as_deref(),
+            Ok(
+                "ssh-ed25519%20AAAAadmin%20admin%40example%0Assh-ed25519%20AAAAdeploy%20deploy%40example"
+            )
+        );
+        assert_eq!(
+            sealed_value(Some(&vm), "cipassword", password_marker).as_deref(),
+            Ok("s3cr3t-Passw0rd")
+        );
+        assert_eq!(
+            sealed_value(Some(&vm), "memory", "1024").as_deref(),
+            Ok("1024")
+        );
+        let refused = sealed_value(None, "cipassword", password_marker).unwrap_err();
+        assert!(refused.contains("not resolved"), "{refused}");
+    }
+
+    #[test]
+    fn resolved_keys_compare_as_a_set_and_the_password_only_when_pve_has_none() {
+        use crate::guest::{CompareContext, GuestType, LiveConfig, compare};
+        let r = render(&resolved_refs_vm(), &Artifacts::new()).expect("a guest");
+        let live = |sshkeys: &str, password: Option<&str>| {
+            let mut config = serde_json::json!({
+                "memory": "1024", "cores": 1, "cpu": "host", "name": "sealed", "tags": "proxops",
+                "scsi0": "local-lvm:vm-130-disk-0,size=8G", "sshkeys": sshkeys, "digest": "d",
+            });
+            if let Some(p) = password {
+                config["cipassword"] = serde_json::Value::from(p);
+            }
+            LiveConfig::from_json(GuestType::Qemu, &config).expect("a config")
+        };
+        let reordered = "ssh-ed25519%20AAAAdeploy%20deploy%40example%0Assh-ed25519%20AAAAadmin%20admin%40example";
+        let same = compare(
+            &r,
+            &live(reordered, Some("**********")),
+            &CompareContext::default(),
+        );
+        assert!(same.set.is_empty(), "{:?}", same.set);
+
+        let drifted = compare(
+            &r,
+            &live("ssh-rsa%20AAAAintruder%20x", None),
+            &CompareContext::default(),
+        );
+        assert_eq!(
+            drifted.set,
+            params(&[
+                ("cipassword", "(secret: cloud-init.passwords.default)"),
+                (
+                    "sshkeys",
+                    "(secret: cloud-init.ssh-keys.admin, cloud-init.ssh-keys.deploy)"
+                ),
+            ])
+        );
     }
 
     #[test]

@@ -389,11 +389,17 @@ fn finding_message(kind: FindingKind, field: &str) -> String {
     }
 }
 
-/// The field changes of a diff, for people (`cipassword` never shown).
+/// The field changes of a diff, for people (`cipassword` never shown, nor the live value of a
+/// key whose desired value is sealed: it may hold the secret keys).
 fn changes(diff: &GuestDiff, live: &LiveConfig) -> Vec<Change> {
+    let sealed = |key: &str| {
+        key == "cipassword" || diff.set.get(key).is_some_and(|v| crate::secret::is_marker(v))
+    };
     let shown = |key: &str, value: &str| {
-        if key == "cipassword" {
-            "(secret)".to_owned()
+        if crate::secret::is_marker(value) {
+            value.to_owned()
+        } else if sealed(key) {
+            crate::secret::REDACTED.to_owned()
         } else {
             value.to_owned()
         }
