@@ -351,6 +351,10 @@ pub struct CloudInitData {
     pub search_domains: Vec<String>,
     /// `ipconfigN`.
     pub ipconfigs: Vec<IpConfig>,
+    /// The values of `ssh-key-refs` and `ci-password-ref`, filled in by the binary from the
+    /// cluster's SOPS document before planning (never from YAML); `None` until then.
+    #[serde(skip)]
+    pub resolved: Option<crate::secret::ResolvedCloudInit>,
 }
 
 /// Who owns a VM's SSH keys.
@@ -1088,6 +1092,7 @@ fn check_cloud_init_data(
         nameservers: c.nameservers.clone().unwrap_or_default(),
         search_domains: c.search_domains.clone().unwrap_or_default(),
         ipconfigs,
+        resolved: None,
     })
 }
 
