@@ -5,10 +5,12 @@
 //! content type), so the planner skips just that and the next pass retries (fail closed).
 //!
 //! Guests: one `GET /cluster/resources?type=vm` (a failure is kept as `resources: Err`, and
-//! the planner then writes nothing), then one `GET .../config` per guest the plan may touch
+//! the planner then writes nothing), then one `GET .../pending` per guest the plan may touch
 //! (declared guests in scope that ProxOps owns or may adopt, and owned guests in scope that
-//! nothing declares, the prune candidates), plus `GET .../pending` for the running declared
-//! ones, so changes PVE still holds for a restart keep being reported.
+//! nothing declares, the prune candidates). PVE's pending list carries every config key with
+//! its value in effect, its pending value and pending delete, and the `digest`
+//! (`config_with_pending_array` walks the loaded config), so that one request gives what
+//! `GET .../config` would (pending merged, digest) plus what PVE holds for a restart.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -71,13 +73,6 @@ pub async fn observe(pve: &PveClient, desired: &DesiredState, scope: &NodeScope)
     observed
 }
 
-/// What to read of one guest beyond its `/cluster/resources` entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Reads {
-    config: bool,
-    pending: bool,
-}
-
 /// The guests of the cluster, with the configs (and pending changes) the planner needs.
 async fn observe_guests(
     pve: &PveClient,
@@ -121,7 +116,7 @@ async fn observe_guests(
     let reads = reads_needed(desired, scope, &guests);
     let limit = Arc::new(Semaphore::new(CONFIG_READS));
     let mut tasks = JoinSet::new();
-    for (vmid, read) in reads {
+    for vmid in reads {
         let Some(guest) = guests.get(&vmid) else {
             continue;
         };
@@ -129,38 +124,33 @@ async fn observe_guests(
         let (node, guest_type) = (guest.node.clone(), guest.guest_type);
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await.ok();
-            let config = if read.config {
-                Some(read_config(&pve, &node, vmid, guest_type).await)
-            } else {
-                None
-            };
-            let pending = if read.pending {
-                Some(read_pending(&pve, &node, vmid, guest_type).await)
-            } else {
-                None
-            };
-            (vmid, config, pending)
+            (vmid, read_config(&pve, &node, vmid, guest_type).await)
         });
     }
     while let Some(joined) = tasks.join_next().await {
-        let Ok((vmid, config, pending)) = joined else {
+        let Ok((vmid, config)) = joined else {
             continue;
         };
         if let Some(guest) = guests.get_mut(&vmid) {
-            guest.config = config;
-            guest.pending = pending;
+            guest.pending = Some(
+                config
+                    .as_ref()
+                    .map(|c| c.pending_keys().map(str::to_owned).collect())
+                    .map_err(Clone::clone),
+            );
+            guest.config = Some(config);
         }
     }
     Ok(guests)
 }
 
-/// Which guests' configs (and pending changes) the planner will look at.
+/// Which guests' configs the planner will look at.
 fn reads_needed(
     desired: &DesiredState,
     scope: &NodeScope,
     guests: &BTreeMap<u32, ObservedGuest>,
-) -> BTreeMap<u32, Reads> {
-    let mut reads = BTreeMap::new();
+) -> BTreeSet<u32> {
+    let mut reads = BTreeSet::new();
     let mut declared = BTreeSet::new();
     for resource in desired.manifest.resources() {
         let Placement::Guest { node, vmid, .. } = &resource.placement else {
@@ -172,29 +162,20 @@ fn reads_needed(
         };
         let adopt = resource.annotations.get(ADOPT).map(String::as_str) == Some("true");
         if scope.includes(node) && guest.node == *node && (guest.is_owned() || adopt) {
-            reads.insert(
-                *vmid,
-                Reads {
-                    config: true,
-                    pending: guest.is_running(),
-                },
-            );
+            reads.insert(*vmid);
         }
     }
     for guest in guests.values() {
         if guest.is_owned() && scope.includes(&guest.node) && !declared.contains(&guest.vmid) {
-            reads.insert(
-                guest.vmid,
-                Reads {
-                    config: true,
-                    pending: false,
-                },
-            );
+            reads.insert(guest.vmid);
         }
     }
     reads
 }
 
+/// One guest's config with what PVE holds for a restart, from `GET .../pending` alone.
+/// Should a PVE leave `digest` out of that list (GAPS.md), the digest is read from
+/// `GET .../config`: an update is never sent without the digest it was planned against.
 async fn read_config(
     pve: &PveClient,
     node: &str,
@@ -202,32 +183,25 @@ async fn read_config(
     guest_type: GuestType,
 ) -> Result<LiveConfig, String> {
     let req = match guest_type {
-        GuestType::Qemu => request::qemu_config(node, vmid, false),
-        GuestType::Lxc => request::lxc_config(node, vmid, false),
-    };
-    let body = pve.execute(&req).await.map_err(|e| error_text(&e))?;
-    LiveConfig::from_json(guest_type, &body).map_err(|e| e.to_string())
-}
-
-async fn read_pending(
-    pve: &PveClient,
-    node: &str,
-    vmid: u32,
-    guest_type: GuestType,
-) -> Result<BTreeSet<String>, String> {
-    let req = match guest_type {
         GuestType::Qemu => request::qemu_pending(node, vmid),
         GuestType::Lxc => request::lxc_pending(node, vmid),
     };
     let body = pve.execute(&req).await.map_err(|e| error_text(&e))?;
-    let entries = body
-        .as_array()
-        .ok_or_else(|| "pending changes are not a list".to_owned())?;
-    Ok(entries
-        .iter()
-        .filter(|e| e.get("pending").is_some() || e.get("delete").is_some())
-        .filter_map(|e| e.get("key").and_then(|k| k.as_str()).map(str::to_owned))
-        .collect())
+    let config = LiveConfig::from_pending_json(guest_type, &body).map_err(|e| e.to_string())?;
+    if config.digest().is_some() {
+        return Ok(config);
+    }
+    tracing::debug!(%node, vmid, "pending list without a digest; reading the config");
+    let req = match guest_type {
+        GuestType::Qemu => request::qemu_config(node, vmid, false),
+        GuestType::Lxc => request::lxc_config(node, vmid, false),
+    };
+    let body = pve.execute(&req).await.map_err(|e| error_text(&e))?;
+    let full = LiveConfig::from_json(guest_type, &body).map_err(|e| e.to_string())?;
+    match full.digest() {
+        Some(digest) => Ok(config.with_digest(digest)),
+        None => Err(format!("PVE reported no digest for guest {vmid}")),
+    }
 }
 
 async fn observe_node(

@@ -210,10 +210,14 @@ impl GuestRun<'_> {
         let node = self.node();
         let req = match (g.guest_type, power) {
             (GuestType::Qemu, Power::Start) => request::qemu_start(node, g.vmid),
-            (GuestType::Qemu, Power::Shutdown) => request::qemu_shutdown(node, g.vmid, None),
+            (GuestType::Qemu, Power::Shutdown) => {
+                request::qemu_shutdown_or_stop(node, g.vmid, self.shutdown_timeout())
+            }
             (GuestType::Qemu, Power::Reboot) => request::qemu_reboot(node, g.vmid, None),
             (GuestType::Lxc, Power::Start) => request::lxc_start(node, g.vmid),
-            (GuestType::Lxc, Power::Shutdown) => request::lxc_shutdown(node, g.vmid, None),
+            (GuestType::Lxc, Power::Shutdown) => {
+                request::lxc_shutdown_or_stop(node, g.vmid, self.shutdown_timeout())
+            }
             (GuestType::Lxc, Power::Reboot) => request::lxc_reboot(node, g.vmid, None),
         };
         match self.send_and_wait(&req).await {
@@ -226,6 +230,15 @@ impl GuestRun<'_> {
             }
             other => other,
         }
+    }
+
+    /// Seconds PVE waits for a clean (ACPI) shutdown before it stops the guest hard
+    /// (`forceStop`): half the task wait, so the stop still ends inside it, and at most
+    /// [`MAX_SHUTDOWN_WAIT`]. A guest that ignores ACPI would otherwise hold a prune or a
+    /// `state: stopped` until the task wait gives up, and stay running.
+    fn shutdown_timeout(&self) -> u32 {
+        let half = (self.options.wait.timeout / 2).min(MAX_SHUTDOWN_WAIT);
+        u32::try_from(half.as_secs()).unwrap_or(u32::MAX).max(1)
     }
 
     async fn promote(&self, g: GuestRef) -> Step<(Option<String>, String)> {
@@ -249,6 +262,9 @@ impl GuestRun<'_> {
         self.send_and_wait(&req).await
     }
 }
+
+/// The longest clean shutdown ProxOps waits for before PVE stops the guest hard.
+const MAX_SHUTDOWN_WAIT: Duration = Duration::from_secs(180);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Power {

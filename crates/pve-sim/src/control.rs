@@ -64,6 +64,18 @@ impl SimControl {
         self.shared.faults().add_lock_timeout(vmid, times);
     }
 
+    /// Whether guest `vmid`'s OS ignores ACPI power-down requests (as a hung guest does):
+    /// its `shutdown` then waits the request's `timeout` and fails, or stops it with
+    /// `forceStop=1`. Returns false when there is no such guest.
+    pub fn ignore_shutdown(&self, vmid: u32, ignores: bool) -> bool {
+        let mut cluster = self.shared.cluster();
+        cluster
+            .guests
+            .get_mut(&vmid)
+            .map(|g| g.ignores_shutdown = ignores)
+            .is_some()
+    }
+
     /// Removes every fault.
     pub fn clear_faults(&self) {
         self.shared.faults().clear();

@@ -57,6 +57,9 @@ pub(crate) struct Guest {
     pub(crate) running: bool,
     pub(crate) started_at: Option<u64>,
     pub(crate) pid: Option<u32>,
+    /// The guest OS ignores ACPI power-down requests (a hung guest, or one without ACPI
+    /// support): `shutdown` waits its `timeout`, then fails or, with `forceStop`, kills it.
+    pub(crate) ignores_shutdown: bool,
 }
 
 impl Guest {
@@ -72,6 +75,7 @@ impl Guest {
             running: false,
             started_at: None,
             pid: None,
+            ignores_shutdown: false,
         }
     }
 

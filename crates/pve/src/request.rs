@@ -451,20 +451,37 @@ enum GuestGet {
 enum Power {
     Start,
     Stop,
-    Shutdown { timeout: Option<u32> },
-    Reboot { timeout: Option<u32> },
+    Shutdown {
+        timeout: Option<u32>,
+        force_stop: bool,
+    },
+    Reboot {
+        timeout: Option<u32>,
+    },
 }
 
 fn guest_power(guest: Guest, node: &str, vmid: u32, power: Power) -> Request {
     let vmid = vmid.to_string();
-    let (template, timeout) = match power {
-        Power::Start => (guest_template!(guest, "/{vmid}/status/start"), None),
-        Power::Stop => (guest_template!(guest, "/{vmid}/status/stop"), None),
-        Power::Shutdown { timeout } => (guest_template!(guest, "/{vmid}/status/shutdown"), timeout),
-        Power::Reboot { timeout } => (guest_template!(guest, "/{vmid}/status/reboot"), timeout),
+    let (template, timeout, force_stop) = match power {
+        Power::Start => (guest_template!(guest, "/{vmid}/status/start"), None, false),
+        Power::Stop => (guest_template!(guest, "/{vmid}/status/stop"), None, false),
+        Power::Shutdown {
+            timeout,
+            force_stop,
+        } => (
+            guest_template!(guest, "/{vmid}/status/shutdown"),
+            timeout,
+            force_stop,
+        ),
+        Power::Reboot { timeout } => (
+            guest_template!(guest, "/{vmid}/status/reboot"),
+            timeout,
+            false,
+        ),
     };
     Request::new(Method::Post, template, &[node, &vmid])
         .param_opt("timeout", timeout.map(|t| t.to_string()))
+        .param_opt("forceStop", force_stop.then(|| "1".to_owned()))
 }
 
 fn guest_template_mark(guest: Guest, node: &str, vmid: u32) -> Request {
@@ -568,6 +585,21 @@ pub fn qemu_shutdown(node: &str, vmid: u32, timeout_secs: Option<u32>) -> Reques
         vmid,
         Power::Shutdown {
             timeout: timeout_secs,
+            force_stop: false,
+        },
+    )
+}
+
+/// `POST /nodes/{node}/qemu/{vmid}/status/shutdown` with `timeout=N` and `forceStop=1`:
+/// a clean shutdown, and a hard stop when the VM is still running after `N` seconds.
+pub fn qemu_shutdown_or_stop(node: &str, vmid: u32, timeout_secs: u32) -> Request {
+    guest_power(
+        Guest::Qemu,
+        node,
+        vmid,
+        Power::Shutdown {
+            timeout: Some(timeout_secs),
+            force_stop: true,
         },
     )
 }
@@ -654,6 +686,21 @@ pub fn lxc_shutdown(node: &str, vmid: u32, timeout_secs: Option<u32>) -> Request
         vmid,
         Power::Shutdown {
             timeout: timeout_secs,
+            force_stop: false,
+        },
+    )
+}
+
+/// `POST /nodes/{node}/lxc/{vmid}/status/shutdown` with `timeout=N` and `forceStop=1`:
+/// a clean shutdown, and a hard stop when the container is still running after `N` seconds.
+pub fn lxc_shutdown_or_stop(node: &str, vmid: u32, timeout_secs: u32) -> Request {
+    guest_power(
+        Guest::Lxc,
+        node,
+        vmid,
+        Power::Shutdown {
+            timeout: Some(timeout_secs),
+            force_stop: true,
         },
     )
 }
@@ -818,7 +865,7 @@ pub fn all_endpoints_for_contract() -> Vec<Request> {
         qemu_status_current("pve1", 100),
         qemu_start("pve1", 100),
         qemu_stop("pve1", 100),
-        qemu_shutdown("pve1", 100, Some(60)),
+        qemu_shutdown_or_stop("pve1", 100, 120),
         qemu_reboot("pve1", 100, Some(60)),
         qemu_template("pve1", 100),
         qemu_clone("pve1", 100, &clone),
@@ -840,7 +887,7 @@ pub fn all_endpoints_for_contract() -> Vec<Request> {
         lxc_status_current("pve1", 101),
         lxc_start("pve1", 101),
         lxc_stop("pve1", 101),
-        lxc_shutdown("pve1", 101, Some(60)),
+        lxc_shutdown_or_stop("pve1", 101, 120),
         lxc_reboot("pve1", 101, Some(60)),
         lxc_template("pve1", 101),
         lxc_clone("pve1", 101, &clone),
@@ -960,6 +1007,17 @@ mod tests {
             .set_bool("onboot", false)
             .set_bool("onboot", true);
         assert_eq!(p.iter().collect::<Vec<_>>(), [("onboot", "1")]);
+    }
+
+    #[test]
+    fn a_shutdown_or_stop_sends_the_timeout_and_force_stop() {
+        let qemu = qemu_shutdown_or_stop("pve1", 100, 90);
+        assert_eq!(qemu.path, "/nodes/pve1/qemu/100/status/shutdown");
+        assert_eq!(pairs(&qemu.form), [("timeout", "90"), ("forceStop", "1")]);
+        let lxc = lxc_shutdown_or_stop("pve1", 101, 30);
+        assert_eq!(lxc.path, "/nodes/pve1/lxc/101/status/shutdown");
+        assert_eq!(pairs(&lxc.form), [("timeout", "30"), ("forceStop", "1")]);
+        assert_eq!(pairs(&qemu_shutdown("pve1", 100, None).form), []);
     }
 
     #[test]

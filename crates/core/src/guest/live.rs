@@ -23,6 +23,9 @@ pub enum LiveError {
     /// The body (or its `data`) is not a JSON object.
     #[error("guest config is not a JSON object")]
     NotAnObject,
+    /// The body of `GET .../pending` (or its `data`) is not a list of `{key, ...}` objects.
+    #[error("guest pending list is not a JSON array of objects with a key")]
+    NotAPendingList,
 }
 
 /// One key of a live config.
@@ -40,7 +43,11 @@ pub struct LiveEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveConfig {
     guest_type: GuestType,
+    /// The config with pending values applied (what `GET .../config` shows).
     entries: BTreeMap<String, LiveEntry>,
+    /// Keys PVE holds a change or a delete for, with the value in effect now (`None`: not
+    /// set now). Only known when read from `GET .../pending`.
+    pending: BTreeMap<String, Option<String>>,
 }
 
 impl LiveConfig {
@@ -59,25 +66,51 @@ impl LiveConfig {
         let Value::Object(map) = object else {
             return Err(LiveError::NotAnObject);
         };
-        let mut pairs = Vec::with_capacity(map.len());
-        for (key, value) in map {
-            let text = match value {
-                Value::Null => continue,
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                Value::Bool(b) => if *b { "1" } else { "0" }.to_owned(),
-                Value::Array(items) if items.iter().all(Value::is_string) => items
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(";"),
-                // Raw `lxc` lines come as a list of pairs; ProxOps never owns them, so they
-                // are kept as their JSON text rather than refusing the whole config.
-                Value::Array(_) | Value::Object(_) => value.to_string(),
-            };
-            pairs.push((key.clone(), text));
-        }
+        let pairs = map
+            .iter()
+            .filter_map(|(key, value)| Some((key.clone(), text_of(value)?)));
         Ok(Self::from_pairs(guest_type, pairs))
+    }
+
+    /// Reads the body of `GET .../pending` (`[{key, value?, pending?, delete?}]`, `digest`
+    /// among the keys): the config with pending values applied, as `GET .../config` would
+    /// show it, plus which keys are pending and their value in effect now. One request
+    /// instead of two.
+    ///
+    /// # Errors
+    ///
+    /// [`LiveError::NotAPendingList`] when the body is not such a list.
+    pub fn from_pending_json(guest_type: GuestType, body: &Value) -> Result<Self, LiveError> {
+        let list = match body.get("data") {
+            Some(data @ Value::Array(_)) => data,
+            _ => body,
+        };
+        let Value::Array(items) = list else {
+            return Err(LiveError::NotAPendingList);
+        };
+        let mut merged = Vec::with_capacity(items.len());
+        let mut pending = BTreeMap::new();
+        for item in items {
+            let Some(key) = item.get("key").and_then(Value::as_str) else {
+                return Err(LiveError::NotAPendingList);
+            };
+            let current = item.get("value").and_then(text_of);
+            let new = item.get("pending").and_then(text_of);
+            let deleted = item
+                .get("delete")
+                .and_then(text_of)
+                .is_some_and(|d| d != "0");
+            if new.is_some() || deleted {
+                pending.insert(key.to_owned(), current.clone());
+            }
+            let effective = if deleted { None } else { new.or(current) };
+            if let Some(value) = effective {
+                merged.push((key.to_owned(), value));
+            }
+        }
+        let mut live = Self::from_pairs(guest_type, merged);
+        live.pending = pending;
+        Ok(live)
     }
 
     /// A live config from key/value text pairs (tests, and callers that already hold text).
@@ -107,7 +140,45 @@ impl LiveConfig {
         Self {
             guest_type,
             entries,
+            pending: BTreeMap::new(),
         }
+    }
+
+    /// The same config carrying `digest` (read separately, when a pending list lacks it).
+    #[must_use]
+    pub fn with_digest(mut self, digest: &str) -> LiveConfig {
+        self.entries.insert(
+            "digest".to_owned(),
+            LiveEntry {
+                raw: digest.to_owned(),
+                props: None,
+                pve_filled: true,
+            },
+        );
+        self
+    }
+
+    /// The keys PVE holds a change or delete for until the guest restarts.
+    pub fn pending_keys(&self) -> impl Iterator<Item = &str> {
+        self.pending.keys().map(String::as_str)
+    }
+
+    /// The config in effect now: pending values and deletes not applied. The same config
+    /// when nothing is pending (or it was read from `GET .../config`, which cannot tell).
+    #[must_use]
+    pub fn current(&self) -> LiveConfig {
+        let mut pairs: BTreeMap<String, String> = self
+            .entries
+            .iter()
+            .map(|(k, e)| (k.clone(), e.raw.clone()))
+            .collect();
+        for (key, value) in &self.pending {
+            match value {
+                Some(v) => pairs.insert(key.clone(), v.clone()),
+                None => pairs.remove(key),
+            };
+        }
+        Self::from_pairs(self.guest_type, pairs)
     }
 
     /// Whether this is a qemu or an lxc config.
@@ -144,6 +215,24 @@ impl LiveConfig {
     pub fn tags(&self) -> Vec<String> {
         self.get("tags").map(split_tags).unwrap_or_default()
     }
+}
+
+/// A JSON value as config text: `null` is absent; a list of strings (some mocks give `tags`
+/// as one) is joined with `;`; other nested values (raw `lxc` lines, a list of pairs ProxOps
+/// never owns) are kept as their JSON text rather than refusing the whole config.
+fn text_of(value: &Value) -> Option<String> {
+    Some(match value {
+        Value::Null => return None,
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => if *b { "1" } else { "0" }.to_owned(),
+        Value::Array(items) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(";"),
+        Value::Array(_) | Value::Object(_) => value.to_string(),
+    })
 }
 
 /// Splits a `tags` value on `;`, `,` and spaces, lowercased, empty parts dropped.
@@ -270,6 +359,46 @@ mod tests {
             Some(r#"[["lxc.apparmor.profile","unconfined"]]"#)
         );
         assert_eq!(live.get("tags"), Some("a;b"));
+    }
+
+    #[test]
+    fn a_pending_list_reads_as_the_merged_config_with_its_digest_and_current_values() {
+        // The shape of qemu-server's `GET .../pending` (GuestHelpers::config_with_pending_array).
+        let body = json!({"data": [
+            {"key": "memory", "value": "2048", "pending": "4096"},
+            {"key": "cores", "value": 2},
+            {"key": "ciuser", "value": "debian", "delete": 1},
+            {"key": "net1", "pending": "virtio=BC:24:11:00:00:01,bridge=vmbr1"},
+            {"key": "digest", "value": "5e1f0000000000000000000000000000000000aa"}
+        ]});
+        let live = LiveConfig::from_pending_json(GuestType::Qemu, &body).unwrap();
+        assert_eq!(live.get("memory"), Some("4096"));
+        assert_eq!(live.get("cores"), Some("2"));
+        assert_eq!(live.get("ciuser"), None);
+        assert!(live.get("net1").is_some());
+        assert_eq!(
+            live.digest(),
+            Some("5e1f0000000000000000000000000000000000aa")
+        );
+        assert_eq!(
+            live.pending_keys().collect::<Vec<_>>(),
+            ["ciuser", "memory", "net1"]
+        );
+        let current = live.current();
+        assert_eq!(current.get("memory"), Some("2048"));
+        assert_eq!(current.get("ciuser"), Some("debian"));
+        assert_eq!(current.get("net1"), None);
+        assert_eq!(current.pending_keys().count(), 0);
+    }
+
+    #[test]
+    fn a_pending_body_that_is_not_a_list_of_keys_is_refused() {
+        for body in [json!({"data": {"memory": 1}}), json!([{"value": "1"}])] {
+            assert_eq!(
+                LiveConfig::from_pending_json(GuestType::Qemu, &body),
+                Err(LiveError::NotAPendingList)
+            );
+        }
     }
 
     #[test]

@@ -178,6 +178,15 @@ pub(crate) fn plan_guests(
         let Some(rendered) = guest::render(resource, &artifacts) else {
             continue;
         };
+        for unsent in &rendered.unsent {
+            plan.findings.push(with_message(
+                declared.finding(FindingKind::NotSent, &unsent.field, "", ""),
+                format!(
+                    "{} is accepted but never sent to PVE: {}",
+                    unsent.field, unsent.reason
+                ),
+            ));
+        }
         let level = level_of.get(&resource.id).copied().unwrap_or(0);
         let mut actions = Vec::new();
         plan_one(
@@ -393,7 +402,11 @@ fn finding_message(kind: FindingKind, field: &str) -> String {
 /// key whose desired value is sealed: it may hold the secret keys).
 fn changes(diff: &GuestDiff, live: &LiveConfig) -> Vec<Change> {
     let sealed = |key: &str| {
-        key == "cipassword" || diff.set.get(key).is_some_and(|v| crate::secret::is_marker(v))
+        key == "cipassword"
+            || diff
+                .set
+                .get(key)
+                .is_some_and(|v| crate::secret::is_marker(v))
     };
     let shown = |key: &str, value: &str| {
         if crate::secret::is_marker(value) {
@@ -464,6 +477,9 @@ fn plan_present(
         _ => policy.restart_on_change,
     };
     let diff = guest::compare(rendered, config, &CompareContext::default());
+    // Against the values in effect now: what stays pending once the manifest is written.
+    let now = config.current();
+    let diff_now = guest::compare(rendered, &now, &CompareContext::default());
     for f in &diff.findings {
         let kind = map_kind(f.kind);
         plan.findings.push(with_message(
@@ -565,13 +581,7 @@ fn plan_present(
     if !running || power_change {
         return;
     }
-    let mut pending: BTreeSet<String> = match &live.pending {
-        Some(Ok(keys)) => keys.clone(),
-        _ => BTreeSet::new(),
-    };
-    if updating && diff.needs_stop {
-        pending.extend(diff.stop_keys.iter().cloned());
-    }
+    let pending = held_for_restart(rendered, config, live, &diff, &diff_now, updating);
     if pending.is_empty() {
         return;
     }
@@ -591,6 +601,47 @@ fn plan_present(
             ),
         ));
     }
+}
+
+/// The owned keys PVE will hold for a restart of the running guest once this pass is done.
+///
+/// A key PVE holds pending counts when the manifest's value differs from the value in effect
+/// now: a pending value equal to the manifest (ProxOps's own earlier write) waits for a
+/// restart, and so does the manifest's value written over an operator's pending change. A
+/// pending change that differs from the manifest is drift (`diff` has it), and when the
+/// value in effect already matches the manifest, writing it clears the pending entry (PVE's
+/// `cleanup_pending`): nothing to restart for. Keys this pass writes that PVE cannot
+/// hotplug are held too. Pending keys known only by name (no value in effect) count as
+/// held. Pending changes to keys ProxOps does not own are the operator's business.
+fn held_for_restart(
+    rendered: &RenderedConfig,
+    config: &LiveConfig,
+    live: &ObservedGuest,
+    diff: &GuestDiff,
+    diff_now: &GuestDiff,
+    updating: bool,
+) -> BTreeSet<String> {
+    let differs_now = |k: &str| diff_now.set.contains_key(k) || diff_now.delete.contains(k);
+    let drifted = |k: &str| diff.set.contains_key(k) || diff.delete.contains(k);
+    let mut held: BTreeSet<String> = config
+        .pending_keys()
+        .filter(|k| rendered.owned.contains_key(*k))
+        .filter(|k| differs_now(k) && (updating || !drifted(k)))
+        .map(str::to_owned)
+        .collect();
+    if let Some(Ok(keys)) = &live.pending {
+        held.extend(
+            keys.iter()
+                .filter(|k| rendered.owned.contains_key(*k))
+                .filter(|k| config.pending_keys().all(|p| p != k.as_str()))
+                .filter(|k| updating || !drifted(k))
+                .cloned(),
+        );
+    }
+    if updating {
+        held.extend(diff.stop_keys.iter().filter(|k| differs_now(k)).cloned());
+    }
+    held
 }
 
 /// The config write that follows a full clone: the VM's own config against the clone's live
@@ -1056,6 +1107,112 @@ mod tests {
         let plan = run(&state, &observed, &all());
         assert!(!plan.has_changes());
         assert_eq!(kinds(&plan), [FindingKind::NeedsReboot]);
+    }
+
+    /// `config` as `GET .../pending` reports it with `key` pending: `current` in effect,
+    /// `pending` held for a restart.
+    fn with_pending(config: &LiveConfig, key: &str, current: &str, pending: &str) -> LiveConfig {
+        let items: Vec<serde_json::Value> = config
+            .entries()
+            .filter(|(k, _)| *k != key)
+            .map(|(k, e)| serde_json::json!({"key": k, "value": e.raw}))
+            .chain([serde_json::json!({"key": key, "value": current, "pending": pending})])
+            .collect();
+        LiveConfig::from_pending_json(config.guest_type(), &serde_json::Value::Array(items))
+            .expect("a pending list")
+    }
+
+    #[test]
+    fn an_out_of_band_pending_change_on_a_running_vm_is_drift_and_corrected_without_a_reboot() {
+        let state = desired(&[&vm("web", 101, "")]);
+        let live = with_pending(
+            &live_of(&state, Kind::Vm, "web", 101),
+            "memory",
+            "2048",
+            "4096",
+        );
+        let mut observed = ObservedState::default();
+        observed.add_guest(guest(101, "running", live.clone()));
+        let plan = run(&state, &observed, &all());
+        assert_eq!(verbs(&plan), [("VM/web".into(), "update")]);
+        assert_eq!(update(&plan.levels[0][0]).set["memory"], "2048");
+        assert!(plan.findings.is_empty(), "{:?}", plan.findings);
+
+        // Reported only: a drift finding, the same on every pass, never needs-reboot.
+        let report = desired(&[&vm(
+            "web",
+            101,
+            "  annotations:\n    proxops/drift: report\n",
+        )]);
+        let mut observed = ObservedState::default();
+        observed.add_guest(guest(101, "running", live));
+        for _ in 0..2 {
+            let plan = run(&report, &observed, &all());
+            assert!(!plan.has_changes());
+            assert_eq!(kinds(&plan), [FindingKind::Drift]);
+            assert_eq!(plan.findings[0].field, "memory");
+        }
+    }
+
+    #[test]
+    fn a_pending_value_equal_to_the_manifest_on_a_running_vm_needs_a_reboot_and_nothing_else() {
+        let state = desired(&[&vm("web", 101, "")]);
+        let live = with_pending(
+            &live_of(&state, Kind::Vm, "web", 101),
+            "memory",
+            "1024",
+            "2048",
+        );
+        let mut observed = ObservedState::default();
+        observed.add_guest(guest(101, "running", live));
+        let plan = run(&state, &observed, &all());
+        assert!(!plan.has_changes());
+        assert_eq!(kinds(&plan), [FindingKind::NeedsReboot]);
+        assert_eq!(plan.findings[0].field, "memory");
+    }
+
+    #[test]
+    fn an_out_of_band_pending_change_over_a_stale_value_is_corrected_and_needs_a_reboot() {
+        let state = desired(&[&vm("web", 101, "")]);
+        let live = with_pending(
+            &live_of(&state, Kind::Vm, "web", 101),
+            "memory",
+            "1024",
+            "4096",
+        );
+        let mut observed = ObservedState::default();
+        observed.add_guest(guest(101, "running", live));
+        let plan = run(&state, &observed, &all());
+        assert_eq!(verbs(&plan), [("VM/web".into(), "update")]);
+        assert_eq!(kinds(&plan), [FindingKind::NeedsReboot]);
+    }
+
+    #[test]
+    fn fields_with_no_pve_write_form_are_reported_as_not_sent() {
+        let doc = vm("web", 101, "")
+            .replace("cores: 2}", "cores: 2, flags: [+aes]}")
+            .replace("  disks:", "  options: {nested-virt: true}\n  disks:");
+        let state = desired(&[&doc]);
+        let mut observed = ObservedState::default();
+        observed.add_guest(guest(101, "running", live_of(&state, Kind::Vm, "web", 101)));
+        let plan = run(&state, &observed, &all());
+        assert!(!plan.has_changes());
+        let fields: Vec<(FindingKind, &str)> = plan
+            .findings
+            .iter()
+            .map(|f| (f.kind, f.field.as_str()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                (FindingKind::NotSent, "spec.cpu.flags"),
+                (FindingKind::NotSent, "spec.options.nested-virt")
+            ]
+        );
+        assert!(plan.findings[0].message.contains("never sent"));
+        // Planned on create too: the guest is created without them, and says so.
+        let plan = run(&state, &ObservedState::default(), &all());
+        assert_eq!(kinds(&plan), [FindingKind::NotSent, FindingKind::NotSent]);
     }
 
     #[test]

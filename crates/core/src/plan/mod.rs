@@ -271,6 +271,9 @@ pub enum FindingKind {
     Moved,
     /// A guest ProxOps owns that no manifest declares any more (not deleted).
     Orphaned,
+    /// A declared field ProxOps accepts but never sends to PVE (no PVE write form, e.g.
+    /// `spec.cpu.flags`, `spec.options.nested-virt`): reported so it is not silently lost.
+    NotSent,
 }
 
 impl FindingKind {
@@ -287,6 +290,7 @@ impl FindingKind {
             FindingKind::TemplateMismatch => "template-mismatch",
             FindingKind::Moved => "moved",
             FindingKind::Orphaned => "orphaned",
+            FindingKind::NotSent => "not-sent",
         }
     }
 }

@@ -322,6 +322,7 @@ fn apply(cluster: &mut Cluster, vmid: u32, u: &Update) -> Result<(), String> {
         g.pending_delete.remove(k);
         g.pending_force.remove(k);
     }
+    cleanup_pending(&mut g);
     if g.running {
         disks::apply_pending(cluster, &mut g, &|k| guest::is_hotpluggable(kind, k));
     } else {
@@ -329,6 +330,17 @@ fn apply(cluster: &mut Cluster, vmid: u32, u: &Update) -> Result<(), String> {
     }
     cluster.guests.insert(vmid, g);
     Ok(())
+}
+
+/// `cleanup_pending` (guest `AbstractConfig.pm`), run after every config write: a pending
+/// value equal to the current one, and a pending delete of a key that is not set, are
+/// dropped. So writing a running guest's current value back clears what was pending there.
+fn cleanup_pending(g: &mut Guest) {
+    let config = &g.config;
+    g.pending.retain(|k, v| config.get(k) != Some(v));
+    g.pending_delete.retain(|k| config.contains_key(k));
+    let deletes = &g.pending_delete;
+    g.pending_force.retain(|k| deletes.contains(k));
 }
 
 fn guest_ids(ctx: &Ctx) -> ApiResult<(String, u32)> {
@@ -468,6 +480,12 @@ pub(super) fn pending(ctx: &Ctx, kind: Kind) -> ApiResult {
                 }
                 e
             })
+            // `config_with_pending_array` walks the loaded config, which carries the
+            // digest `parse_vm_config` computed (guest `GuestHelpers.pm`; `qm pending`
+            // skips the key when it prints).
+            .chain(std::iter::once(
+                json!({ "key": "digest", "value": g.digest() }),
+            ))
             .collect(),
     ))
 }

@@ -3,6 +3,7 @@
 //! power state synchronously, qemu inside the task; lxc `template` returns null) are kept.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -14,7 +15,7 @@ use crate::guest::{self, Guest, Kind};
 use crate::property::PropertyString;
 use crate::state::Shared;
 use crate::storage::{self, format_size, parse_size};
-use crate::task::{self, TaskSpec, Work};
+use crate::task::{self, Prepare, TaskSpec, Work};
 
 /// A power action under `status/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,6 +294,17 @@ pub(super) async fn power(ctx: &Ctx, kind: Kind, action: Power) -> ApiResult {
         _ => {}
     }
     let task_kind = format!("{}{}", kind.task_prefix(), action.name());
+    let spec = TaskSpec {
+        node: &node,
+        kind: &task_kind,
+        id: vmid.to_string(),
+        user: ctx.authid(),
+    };
+    if g.running && g.ignores_shutdown && matches!(action, Power::Shutdown | Power::Reboot) {
+        let ignored = IgnoredShutdown::of(ctx, &g, action);
+        let upid = task::start_prepared(&ctx.shared, &mut cluster, &spec, ignored.prepare());
+        return Ok(Value::String(upid));
+    }
     let work: Work = Box::new(move |c, _log, injected| {
         if let Some(m) = injected {
             return Err(m);
@@ -321,18 +333,79 @@ pub(super) async fn power(ctx: &Ctx, kind: Kind, action: Power) -> ApiResult {
             Power::Reset | Power::Suspend | Power::Resume => Ok(()),
         }
     });
-    let spec = TaskSpec {
-        node: &node,
-        kind: &task_kind,
-        id: vmid.to_string(),
-        user: ctx.authid(),
-    };
     Ok(Value::String(task::start(
         &ctx.shared,
         &mut cluster,
         &spec,
         work,
     )))
+}
+
+/// A shutdown or reboot of a guest that ignores ACPI: PVE waits `timeout` seconds (qemu:
+/// `startup` `down=` or 60; lxc: 60), then either kills it (`forceStop`; lxc reboots always
+/// do) or fails: qemu `VM quit/powerdown failed - got timeout` (`vm_stop`), lxc `container
+/// did not stop` (`lxc-stop --nokill`, `PVE::LXC::vm_stop`).
+struct IgnoredShutdown {
+    kind: Kind,
+    vmid: u32,
+    action: Power,
+    timeout: Duration,
+    force: bool,
+}
+
+impl IgnoredShutdown {
+    fn of(ctx: &Ctx, g: &Guest, action: Power) -> Self {
+        let startup_down = || {
+            g.config
+                .get("startup")
+                .map(|s| PropertyString::parse(s, None))
+                .and_then(|p| p.get("down").and_then(|d| d.parse::<u64>().ok()))
+        };
+        let secs = ctx
+            .params
+            .get("timeout")
+            .and_then(|t| t.parse::<u64>().ok())
+            .or_else(|| (g.kind == Kind::Qemu).then(startup_down).flatten())
+            .unwrap_or(60);
+        let force = match (g.kind, action) {
+            (Kind::Lxc, Power::Reboot) => true,
+            (_, Power::Shutdown) => ctx.params.flag("forceStop").unwrap_or(false),
+            _ => false,
+        };
+        Self {
+            kind: g.kind,
+            vmid: g.vmid,
+            action,
+            timeout: Duration::from_secs(secs),
+            force,
+        }
+    }
+
+    fn prepare(self) -> Prepare {
+        Box::pin(async move {
+            tokio::time::sleep(self.timeout).await;
+            let work: Work = Box::new(move |c, log, injected| {
+                if let Some(m) = injected {
+                    return Err(m);
+                }
+                if !self.force {
+                    return Err(match self.kind {
+                        Kind::Qemu => "VM quit/powerdown failed - got timeout".to_string(),
+                        Kind::Lxc => "container did not stop".to_string(),
+                    });
+                }
+                if self.kind == Kind::Qemu {
+                    log.push("VM still running - terminating now with SIGTERM".to_string());
+                }
+                stop_guest(c, self.vmid);
+                if self.action == Power::Reboot {
+                    start_guest(c, self.vmid)?;
+                }
+                Ok(())
+            });
+            work
+        })
+    }
 }
 
 pub(super) async fn delete(ctx: &Ctx, kind: Kind) -> ApiResult {
