@@ -83,6 +83,7 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(10),
         },
+        secrets: proxops::config::SecretsConfig::default(),
     }
 }
 

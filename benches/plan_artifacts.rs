@@ -92,6 +92,7 @@ async fn run() {
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(1),
         },
+        secrets: proxops::config::SecretsConfig::default(),
     };
     let desired = reconcile::desired_state(&files, None).unwrap();
     let mut timings = Vec::new();

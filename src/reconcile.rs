@@ -1,9 +1,10 @@
 //! One reconcile pass: the function `proxops plan`, `proxops apply` and (later) the agent all
 //! call, so what the CLI shows is what the agent does.
 //!
-//! Phases, each named: `desired_state` (validate, pick the cluster) → `observe` (PVE GETs) →
-//! `plan` (pure) → `execute` (PVE writes). A revision with any validation error is never
-//! applied.
+//! Phases, each named: `desired_state` (validate, pick the cluster) → `resolve_secrets` (the
+//! cluster's SOPS document, for cloud-init references) → `observe` (PVE GETs) → `plan`
+//! (pure) → `execute` (PVE writes). A revision with any validation error, or a reference that
+//! does not resolve, is never applied: both fail before PVE is even read.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +15,10 @@ use proxops_pve::PveClient;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::SecretsConfig;
 use crate::execute::{self, ApplyReport, Progress};
 use crate::observe;
+use crate::secrets::resolve::{ResolveError, resolve_desired};
 
 /// What a pass needs from the world.
 #[derive(Clone)]
@@ -26,6 +29,8 @@ pub struct Context {
     pub scope: NodeScope,
     /// How actions are run.
     pub execute: execute::Options,
+    /// Where the cluster's SOPS document and its age identity are (`[secrets]`).
+    pub secrets: SecretsConfig,
 }
 
 /// The planner's policy and the inventory of owned guests, beyond the node scope.
@@ -100,6 +105,10 @@ pub enum ReconcileError {
         /// The clusters present.
         found: Vec<String>,
     },
+    /// A cloud-init reference cannot be resolved from the cluster's SOPS document (or the
+    /// document cannot be read); nothing of the revision is applied.
+    #[error(transparent)]
+    Secrets(#[from] ResolveError),
 }
 
 /// Validates the revision's files and picks the desired state to reconcile.
@@ -138,6 +147,20 @@ pub fn desired_state(
         .ok_or_else(|| ReconcileError::Invalid(loaded.diagnostics.clone()))
 }
 
+/// Gives every VM of `desired` the values of its `ssh-key-refs` / `ci-password-ref`, read
+/// from the cluster's SOPS document in the revision's `files` (or `[secrets] file`). Plans
+/// hold only markers naming the references; the executor sends the values.
+///
+/// # Errors
+/// [`ReconcileError::Secrets`], before any PVE request: the pass fails closed.
+pub fn resolve_secrets(
+    desired: &mut DesiredState,
+    files: &BTreeMap<String, String>,
+    secrets: &SecretsConfig,
+) -> Result<(), ReconcileError> {
+    resolve_desired(desired, files, secrets).map_err(ReconcileError::from)
+}
+
 /// Observes PVE and plans with the default policy (no prune, no restarts): no writes.
 pub async fn observe_and_plan(ctx: &Context, desired: &DesiredState) -> Plan {
     observe_and_plan_with(ctx, desired, &PlanOptions::default()).await
@@ -166,7 +189,8 @@ pub async fn observe_and_plan_with(
 /// One whole pass over a revision's files.
 ///
 /// # Errors
-/// See [`desired_state`]; PVE failures are recorded in the plan and report, not returned.
+/// See [`desired_state`] and [`resolve_secrets`]; PVE failures are recorded in the plan and
+/// report, not returned.
 pub async fn reconcile_once(
     ctx: &Context,
     files: &BTreeMap<String, String>,
@@ -176,7 +200,8 @@ pub async fn reconcile_once(
     progress: &Progress,
     cancel: &CancellationToken,
 ) -> Result<Pass, ReconcileError> {
-    let desired = desired_state(files, cluster)?;
+    let mut desired = desired_state(files, cluster)?;
+    resolve_secrets(&mut desired, files, &ctx.secrets)?;
     let plan = observe_and_plan_with(ctx, &desired, options).await;
     let report = match mode {
         Mode::Apply if plan.has_changes() => {

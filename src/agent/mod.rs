@@ -112,6 +112,7 @@ fn build(
             },
             lock_retry_for: Duration::from_secs(60),
         },
+        secrets: config.secrets.clone(),
     };
     Ok(Running {
         deps: PassDeps {

@@ -122,7 +122,12 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         return Verdict::Transient;
     };
 
-    let desired = match reconcile::desired_state(&revision.files, deps.cluster.as_deref()) {
+    // An unresolvable cloud-init reference refuses the revision like a validation error.
+    let desired = match reconcile::desired_state(&revision.files, deps.cluster.as_deref())
+        .and_then(|mut desired| {
+            reconcile::resolve_secrets(&mut desired, &revision.files, &deps.context.secrets)
+                .map(|()| desired)
+        }) {
         Ok(desired) => desired,
         Err(error) => {
             if let ReconcileError::Invalid(diagnostics) = &error {

@@ -34,7 +34,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
     }
     let prepared = args.pass.prepare()?;
     let ctx = &prepared.context;
-    let desired = reconcile::desired_state(&prepared.files, prepared.cluster.as_deref())
+    let mut desired = reconcile::desired_state(&prepared.files, prepared.cluster.as_deref())
+        .map_err(output::reconcile_error)?;
+    reconcile::resolve_secrets(&mut desired, &prepared.files, &ctx.secrets)
         .map_err(output::reconcile_error)?;
     let plan = reconcile::observe_and_plan_with(ctx, &desired, &prepared.plan).await;
     let mut pass = Pass {

@@ -74,6 +74,7 @@ impl PassArgs {
                 },
                 lock_retry_for: Duration::from_secs(60),
             },
+            secrets: config.secrets.clone(),
         };
         let plan = PlanOptions {
             prune: config.policy.prune,

@@ -602,6 +602,7 @@ fn context(config: &AgentConfig) -> anyhow::Result<Context> {
             },
             lock_retry_for: Duration::from_secs(60),
         },
+        secrets: config.secrets.clone(),
     })
 }
 

@@ -8,9 +8,10 @@
 //! at most `lock_retry_for`; any other refusal fails the action (a digest mismatch too: the
 //! next pass observes afresh and converges).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use proxops_core::guest::{GuestType, LiveConfig};
+use proxops_core::guest::{GuestType, LiveConfig, sealed_value};
 use proxops_core::plan::{Action, CloneFrom, Create, Grow, GuestRef, Update, Verb, clone_update};
 use proxops_core::repository::DesiredState;
 use proxops_pve::request::{self, CloneOptions, ConfigUpdate, DeleteOptions, Params};
@@ -134,11 +135,21 @@ impl GuestRun<'_> {
         self.wait(&answer).await
     }
 
+    /// The parameters to send: planned values, with SOPS markers swapped for the sealed
+    /// values only here, as the request is built (plans and records hold only the markers).
+    fn unsealed(&self, planned: &BTreeMap<String, String>) -> Step<Params> {
+        let resource = self.desired.manifest.get(&self.action.resource);
+        planned.iter().try_fold(Params::new(), |p, (k, v)| {
+            let value = sealed_value(resource, k, v).map_err(|error| StepError::Failed {
+                upid: None,
+                error,
+            })?;
+            Ok(p.set(k.clone(), value.into_owned()))
+        })
+    }
+
     async fn create(&self, create: &Create) -> Step<(Option<String>, String)> {
-        let params = create
-            .params
-            .iter()
-            .fold(Params::new(), |p, (k, v)| p.set(k.clone(), v.clone()));
+        let params = self.unsealed(&create.params)?;
         let req = match create.guest_type {
             GuestType::Qemu => request::qemu_create(self.node(), create.vmid, &params),
             GuestType::Lxc => request::lxc_create(self.node(), create.vmid, &params),
@@ -187,10 +198,7 @@ impl GuestRun<'_> {
         let mut done = (None, "OK".to_owned());
         if !update.set.is_empty() || !update.delete.is_empty() {
             let change = ConfigUpdate {
-                set: update
-                    .set
-                    .iter()
-                    .fold(Params::new(), |p, (k, v)| p.set(k.clone(), v.clone())),
+                set: self.unsealed(&update.set)?,
                 delete: update.delete.iter().cloned().collect(),
                 revert: Vec::new(),
                 digest: update.digest.clone(),

@@ -1,13 +1,17 @@
-//! The agent's side of references: which SOPS document a cluster uses, and a VM's
+//! The pass's side of references: which SOPS document a cluster uses, and every VM's
 //! `ssh-key-refs` / `ci-password-ref` resolved from it, failing closed before any PVE write.
 //!
-//! Not wired into guest creation yet (issue 10 item 3): the reconcile pass is to call
-//! [`open_cluster_document`] once per cluster and [`resolve_cloud_init`] per VM, and refuse
-//! the cluster's pass on any error. Resolved values stay [`SecretString`]s.
+//! [`resolve_desired`] runs once per pass, after validation and before PVE is observed: it
+//! decrypts the cluster's document once (from the revision's files, so the agent reads the
+//! commit's tree and the CLI the checkout) and hands each VM its values as core `Sealed`s.
+//! Any error refuses the whole pass. Values never leave memory and never print.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use proxops_core::manifest::CloudInitData;
+use proxops_core::manifest::{CloudInitData, Spec};
+use proxops_core::repository::DesiredState;
+use proxops_core::secret::{ResolvedCloudInit, Sealed};
 use secrecy::{ExposeSecret, SecretString};
 
 use super::refs::cluster_secrets_file;
@@ -50,6 +54,121 @@ pub struct UnresolvedRef {
     pub reference: String,
     /// The key exists but its value is empty.
     pub empty: bool,
+}
+
+/// Resolving a desired state's references failed. Names files and references, never values.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The document could not be read or decrypted (identity, MAC, format).
+    #[error("cloud-init references cannot be resolved")]
+    Document(#[source] SopsError),
+    /// A reference names no value of the document.
+    #[error("cloud-init references cannot be resolved")]
+    Unresolved(#[source] UnresolvedRef),
+    /// The revision has no such document.
+    #[error(
+        "{document}: the SOPS document holding the cloud-init references of cluster `{cluster}` is not in the revision"
+    )]
+    Missing {
+        /// Its repository-relative path.
+        document: String,
+        /// The cluster.
+        cluster: String,
+    },
+    /// Plain layout (no cluster folder) and no `[secrets] file`.
+    #[error(
+        "manifests use cloud-init references but the repository has no cluster folder for a SOPS document: name it with [secrets] file in agent.toml"
+    )]
+    NoDocument,
+}
+
+/// Resolves the references of every VM in `desired` from its cluster's SOPS document: the
+/// `[secrets] file` when set (read from disk), else the document the cluster's folder names
+/// in `files` (the revision). A desired state without references needs no document.
+///
+/// # Errors
+/// The first problem: no document, a missing or wrong identity, an unencrypted, tampered or
+/// malformed document, a reference that is missing or empty. Nothing is resolved then.
+pub fn resolve_desired(
+    desired: &mut DesiredState,
+    files: &BTreeMap<String, String>,
+    config: &SecretsConfig,
+) -> Result<(), ResolveError> {
+    let wanting: Vec<_> = desired
+        .manifest
+        .resources()
+        .filter_map(|r| match &r.spec {
+            Some(Spec::Vm(vm))
+                if !vm.cloud_init_data.ssh_key_refs.is_empty()
+                    || vm.cloud_init_data.ci_password_ref.is_some() =>
+            {
+                Some((r.id.clone(), vm.cloud_init_data.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    if wanting.is_empty() {
+        return Ok(());
+    }
+    let document = open_revision_document(desired.cluster.as_deref(), files, config)?;
+    let mut resolved = Vec::with_capacity(wanting.len());
+    for (id, data) in &wanting {
+        let secrets = resolve_cloud_init(&document, data).map_err(ResolveError::Unresolved)?;
+        resolved.push((id, secrets));
+    }
+    for (id, secrets) in resolved {
+        let sealed = ResolvedCloudInit {
+            ssh_keys: secrets
+                .ssh_keys
+                .iter()
+                .map(|k| Sealed::new(k.expose_secret()))
+                .collect(),
+            password: secrets.password.map(|p| Sealed::new(p.expose_secret())),
+        };
+        desired.manifest.set_resolved_cloud_init(id, sealed);
+    }
+    tracing::debug!(
+        document = %document.path().display(),
+        guests = wanting.len(),
+        "cloud-init references resolved"
+    );
+    Ok(())
+}
+
+/// The cluster's document, decrypted: `[secrets] file` from disk, else from the revision.
+fn open_revision_document(
+    cluster: Option<&str>,
+    files: &BTreeMap<String, String>,
+    config: &SecretsConfig,
+) -> Result<SopsDocument, ResolveError> {
+    let (path, text) = match (&config.file, cluster) {
+        (Some(file), _) => {
+            let text = std::fs::read_to_string(file).map_err(|source| {
+                ResolveError::Document(SopsError::Read {
+                    path: file.clone(),
+                    source,
+                })
+            })?;
+            (file.clone(), text)
+        }
+        (None, Some(cluster)) => {
+            let config_yaml = files
+                .get(&format!("clusters/{cluster}/config.yaml"))
+                .map(String::as_str);
+            let document = cluster_secrets_file(cluster, config_yaml);
+            let Some(text) = files.get(&document) else {
+                return Err(ResolveError::Missing {
+                    document,
+                    cluster: cluster.to_owned(),
+                });
+            };
+            (PathBuf::from(document), text.clone())
+        }
+        (None, None) => return Err(ResolveError::NoDocument),
+    };
+    let identity = sops::load_identity(config.age_key_file.as_deref(), &path)
+        .map_err(ResolveError::Document)?;
+    SopsDocument::decrypt(&path, &text, &identity).map_err(ResolveError::Document)
 }
 
 /// The SOPS document of `cluster` in the checkout at `repo_root`: `[secrets] file` when set,

@@ -101,3 +101,334 @@ fn validate_follows_the_secrets_file_named_in_the_cluster_config() {
     let out = proxops(&["validate", repo.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Applying: refs resolved from the SOPS document, written to PVE, and never shown anywhere.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::git_server::{GitDaemon, TestRepo};
+use crate::sim::World;
+
+/// Every secret value of the fixture VM: the two public keys and the password.
+const SECRETS: [&str; 3] = [
+    "AAAAC3NzaC1lZDI1NTE5AAAAIHdvAdminKeyForTestsOnly",
+    "AAAAC3NzaC1lZDI1NTE5AAAAIDeployKeyForTestsOnly",
+    "s3cr3t-Passw0rd",
+];
+
+/// The keys as PVE stores them: joined in ref order, percent-encoded.
+const ENCODED_KEYS: &str = "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIHdvAdminKeyForTestsOnly%20admin%40example%0A\
+     ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIDeployKeyForTestsOnly%20deploy%40example";
+
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in SECRETS {
+        assert!(
+            !text.contains(secret),
+            "{what} holds the secret `{secret}`:\n{text}"
+        );
+    }
+}
+
+/// The fixture repository's files, by repository-relative path.
+fn fixture_files() -> Vec<(String, String)> {
+    [
+        "clusters/lab/resources.yaml",
+        "clusters/lab/secrets.sops.yaml",
+        "vm/base/web.yaml",
+    ]
+    .iter()
+    .map(|p| {
+        let text = std::fs::read_to_string(fixture("sops-repo").join(p)).unwrap();
+        ((*p).to_owned(), text)
+    })
+    .collect()
+}
+
+/// The test age identity, copied into `dir` readable only by its owner.
+fn identity_in(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("age-identity.txt");
+    std::fs::copy(fixture("sops/getsops-sops/keys.txt"), &path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// A World whose repository is the SOPS fixture repository, `edit` applied to it, and whose
+/// agent.toml names `identity` (none: no `[secrets]` section).
+fn world_repo(world: &World, identity: Option<&Path>) {
+    for (path, text) in fixture_files() {
+        world.write(&path, Some(&text));
+    }
+    if let Some(identity) = identity {
+        let config = world.dir.path().join("agent.toml");
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str(&format!(
+            "[secrets]\nage_key_file = \"{}\"\n",
+            identity.display()
+        ));
+        std::fs::write(config, text).unwrap();
+    }
+}
+
+/// `proxops <args> <repo> --config <agent.toml>`, with no identity from the environment.
+async fn cli(world: &World, args: &[&str]) -> std::process::Output {
+    let mut full: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    full.push(world.repo().display().to_string());
+    full.push("--config".into());
+    full.push(world.dir.path().join("agent.toml").display().to_string());
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_proxops"))
+            .args(&full)
+            .env("RUST_LOG", "trace")
+            .env_remove("PROXOPS_CONFIG")
+            .env_remove("SOPS_AGE_KEY_FILE")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// Reads a guest's config through the simulator's API.
+async fn guest_config(world: &World, vmid: u32) -> serde_json::Value {
+    // The simulator's certificate is self-signed; this read only checks the outcome.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let body: serde_json::Value = client
+        .get(format!(
+            "{}/nodes/pve1/qemu/{vmid}/config",
+            world.sim.base_url()
+        ))
+        .header(
+            "Authorization",
+            "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["data"].clone()
+}
+
+/// The agent as a child process at trace level, following `repo` over git://.
+struct SopsAgent {
+    child: Child,
+    listen: String,
+    log: std::path::PathBuf,
+    state: std::path::PathBuf,
+    _daemon: GitDaemon,
+}
+
+impl SopsAgent {
+    fn start(world: &World, repo: &TestRepo, identity: &Path) -> SopsAgent {
+        let daemon = repo.serve();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let dir = world.dir.path();
+        let state = dir.join("state");
+        let config = format!(
+            "node = \"pve1\"\ncluster = \"lab\"\nstate_dir = \"{state}\"\n\
+             [source]\nurl = \"{url}\"\nbranch = \"main\"\npoll = \"1s\"\n\
+             [http]\nlisten = \"{listen}\"\n\
+             [pve]\nurl = \"{pve}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{fp}\"\n\
+             [policy]\ntask_timeout = \"30s\"\n\
+             [secrets]\nage_key_file = \"{identity}\"\n",
+            state = state.display(),
+            url = daemon.url("origin.git"),
+            pve = world.sim.base_url().trim_end_matches("/api2/json"),
+            fp = world.sim.fingerprint().unwrap(),
+            identity = identity.display(),
+        );
+        let config_path = dir.join("agent-sops.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let log = dir.join("agent-sops.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_proxops"))
+            .args(["agent", "--config"])
+            .arg(&config_path)
+            .env("RUST_LOG", "trace")
+            .env_remove("SOPS_AGE_KEY_FILE")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        SopsAgent {
+            child,
+            listen,
+            log,
+            state,
+            _daemon: daemon,
+        }
+    }
+
+    async fn text(&self, path: &str) -> String {
+        reqwest::get(format!("http://{}{path}", self.listen))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Polls /api/v1/status until `done` holds (at most 30 s).
+    async fn wait_for(&self, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = reqwest::get(format!("http://{}/api/v1/status", self.listen)).await;
+            if let Ok(response) = status
+                && let Ok(status) = response.json::<serde_json::Value>().await
+                && done(&status)
+            {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agent did not reach the expected status; its log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for SopsAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every text value of every table of the SQLite database at `path`.
+fn database_text(path: &Path) -> String {
+    let db =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let tables: Vec<String> = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut text = String::new();
+    for table in tables {
+        let mut statement = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
+        let columns = statement.column_count();
+        let mut rows = statement.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            for i in 0..columns {
+                match row.get_ref(i).unwrap() {
+                    rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+                        text.push_str(&String::from_utf8_lossy(t));
+                        text.push('\n');
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_anywhere() {
+    let world = World::start(&[]).await;
+    let identity = identity_in(world.dir.path());
+    world_repo(&world, Some(&identity));
+
+    // The CLI plan from the checkout: the VM is created with markers naming the refs.
+    let plan = cli(&world, &["plan"]).await;
+    assert_eq!(plan.status.code(), Some(2), "{}", stderr(&plan));
+    let plan_json = cli(&world, &["plan", "--json"]).await;
+    let plan_value: serde_json::Value = serde_json::from_slice(&plan_json.stdout).unwrap();
+    let create = &plan_value["plan"]["levels"][0][0]["verb"];
+    assert_eq!(create["verb"], "create", "{plan_value}");
+    assert_eq!(
+        create["params"]["sshkeys"],
+        "(secret: cloud-init.ssh-keys.admin, cloud-init.ssh-keys.deploy)"
+    );
+    assert_eq!(
+        create["params"]["cipassword"],
+        "(secret: cloud-init.passwords.default)"
+    );
+    let mut shown = vec![
+        ("plan", stdout(&plan) + &stderr(&plan)),
+        ("plan --json", stdout(&plan_json) + &stderr(&plan_json)),
+    ];
+
+    // The agent applies the commit of the same files.
+    let repo = TestRepo::new();
+    let files = fixture_files();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let commit = repo.commit_files(&files, "a VM whose keys and password are SOPS refs");
+    let agent = SopsAgent::start(&world, &repo, &identity);
+    agent
+        .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(commit.as_str()))
+        .await;
+
+    let config = guest_config(&world, 120).await;
+    assert_eq!(config["sshkeys"], ENCODED_KEYS, "{config}");
+    assert_eq!(config["cipassword"], "**********", "{config}");
+    assert_eq!(config["ciuser"], "debian", "{config}");
+    let create = world
+        .writes()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.endpoint == "/nodes/{node}/qemu")
+        .expect("the VM was created");
+    assert_eq!(create.params["sshkeys"], ENCODED_KEYS);
+    assert!(create.params.contains_key("cipassword"), "{create:?}");
+
+    // Later passes (polling every second) write nothing: keys and password are in sync.
+    let writes = world.writes().len();
+    let first = agent.wait_for(|_| true).await["last_attempted"]["started_at"].clone();
+    agent
+        .wait_for(|s| {
+            s["last_attempted"]["started_at"] != first && s["last_attempted"]["outcome"].is_string()
+        })
+        .await;
+    assert_eq!(world.writes().len(), writes, "a second pass wrote to PVE");
+
+    // And the plan now plans nothing.
+    let again = cli(&world, &["plan"]).await;
+    assert_eq!(again.status.code(), Some(0), "{}", stdout(&again));
+    shown.push(("second plan", stdout(&again) + &stderr(&again)));
+
+    for path in [
+        "/status",
+        "/api/v1/status",
+        "/api/v1/revisions",
+        "/api/v1/drift",
+        "/metrics",
+        "/",
+    ] {
+        shown.push((path, agent.text(path).await));
+    }
+    let database = std::fs::read_dir(&agent.state)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "db"))
+        .expect("the agent's database");
+    shown.push(("database", database_text(&database)));
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(
+        log.contains("TRACE"),
+        "the agent did not log at trace level"
+    );
+    shown.push(("agent log (trace)", log));
+    for (what, text) in &shown {
+        assert_no_secret(what, text);
+    }
+}

@@ -292,6 +292,22 @@ impl Manifest {
         self.resources.get(id)
     }
 
+    /// Gives the VM or TemplateVM `id` the values the binary resolved for its SOPS references
+    /// (the one change a validated manifest takes); `false` when `id` is no such guest.
+    pub fn set_resolved_cloud_init(
+        &mut self,
+        id: &ResourceId,
+        resolved: crate::secret::ResolvedCloudInit,
+    ) -> bool {
+        match self.resources.get_mut(id).and_then(|r| r.spec.as_mut()) {
+            Some(crate::manifest::Spec::Vm(vm)) => {
+                vm.cloud_init_data.resolved = Some(resolved);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether a resource with this id is declared.
     pub fn contains(&self, id: &ResourceId) -> bool {
         self.resources.contains_key(id)
