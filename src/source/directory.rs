@@ -3,9 +3,12 @@
 //!
 //! Dot-files and dot-directories (`.git`, `.github`, editor files) are skipped. Symlinks are
 //! not followed, so a link cannot pull files from outside the repository into a revision.
+//! A file over [`MAX_FILE_BYTES`] is refused from its size, before it is read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use proxops_core::manifest::MAX_FILE_BYTES;
 
 /// Reading a checkout failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +24,18 @@ pub enum DirectoryError {
         /// The cause.
         #[source]
         source: walkdir::Error,
+    },
+    /// A manifest file is larger than any manifest needs to be (a hostile or mistaken file).
+    #[error(
+        "{} is {bytes} bytes, more than the {} MiB a manifest file may hold",
+        .path.display(),
+        MAX_FILE_BYTES / (1024 * 1024)
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
     },
     /// A file could not be read (or is not UTF-8).
     #[error("reading {}", .path.display())]
@@ -53,6 +68,19 @@ pub fn read_manifest_files(root: &Path) -> Result<BTreeMap<String, String>, Dire
             continue;
         }
         let path = entry.path();
+        let bytes = entry
+            .metadata()
+            .map_err(|source| DirectoryError::Walk {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .len();
+        if bytes > MAX_FILE_BYTES as u64 {
+            return Err(DirectoryError::TooLarge {
+                path: path.to_path_buf(),
+                bytes,
+            });
+        }
         let contents = std::fs::read_to_string(path).map_err(|source| DirectoryError::Read {
             path: path.to_path_buf(),
             source,
@@ -99,6 +127,22 @@ mod tests {
         assert_eq!(
             files.keys().collect::<Vec<_>>(),
             ["vm/base/a.yaml", "vm/base/b.yml"]
+        );
+    }
+
+    #[test]
+    fn a_file_over_the_size_limit_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("huge.yaml")).unwrap();
+        // Sparse: the size is what is refused, nothing is written or read.
+        file.set_len(MAX_FILE_BYTES as u64 + 1).unwrap();
+        let err = read_manifest_files(dir.path()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}/huge.yaml is 8388609 bytes, more than the 8 MiB a manifest file may hold",
+                dir.path().display()
+            )
         );
     }
 

@@ -166,6 +166,20 @@ pub enum SourceError {
         /// The commit.
         commit: ObjectId,
     },
+    /// A manifest file is larger than any manifest needs to be; refused before it is read.
+    #[error(
+        "file {path} in commit {} is {bytes} bytes, more than the {} MiB a manifest file may hold",
+        short(.commit),
+        proxops_core::manifest::MAX_FILE_BYTES / (1024 * 1024)
+    )]
+    TooLarge {
+        /// Repository-relative path of the file.
+        path: String,
+        /// The commit.
+        commit: ObjectId,
+        /// Its size.
+        bytes: u64,
+    },
     /// A manifest file is not UTF-8.
     #[error("file {path} in commit {} is not UTF-8", short(.commit))]
     NotUtf8 {
@@ -970,6 +984,27 @@ mod tests {
             )
         );
         assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn a_manifest_over_the_size_limit_is_refused_naming_file_and_commit() {
+        let repo = TestRepo::new();
+        let huge = vec![b'#'; proxops_core::manifest::MAX_FILE_BYTES + 1];
+        repo.write("vm/huge.yaml", huge);
+        let commit = repo.commit("huge");
+        repo.push();
+        let state = tempfile::tempdir().unwrap();
+
+        let err = fetch(&open(&repo.url(), state.path())).unwrap_err();
+
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "file vm/huge.yaml in commit {} is 8388609 bytes, more than the 8 MiB a manifest \
+                 file may hold",
+                &commit[..12]
+            )
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use gix::ObjectId;
+use proxops_core::manifest::MAX_FILE_BYTES;
 
 use super::SourceError;
 
@@ -135,6 +136,15 @@ pub(crate) fn read_manifest_files(
             if entry.mode.is_tree() {
                 pending.push((entry.id, key));
             } else if entry.mode.is_blob() && is_manifest_name(&entry.name) {
+                // The header gives the size without inflating the blob.
+                let bytes = repo.find_header(entry.id).map_err(read)?.size();
+                if bytes > MAX_FILE_BYTES as u64 {
+                    return Err(SourceError::TooLarge {
+                        path: sub_path.join(&key),
+                        commit,
+                        bytes,
+                    });
+                }
                 let mut blob = repo.find_blob(entry.id).map_err(read)?;
                 let contents =
                     String::from_utf8(blob.take_data()).map_err(|err| SourceError::NotUtf8 {
