@@ -237,4 +237,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

@@ -30,6 +30,8 @@ pub mod storage;
 pub mod task;
 pub mod trust;
 pub mod upid;
+#[cfg(test)]
+mod upid_fuzz_tests;
 
 pub use client::{ClientConfig, PveClient, RetryPolicy, Timeouts};
 pub use cluster::{ClusterResource, NodeInfo, ResourceType, Version};

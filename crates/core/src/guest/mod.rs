@@ -9,6 +9,8 @@
 mod compare;
 mod live;
 mod property;
+#[cfg(test)]
+mod property_fuzz_tests;
 mod render;
 #[cfg(test)]
 pub(crate) mod testing;
