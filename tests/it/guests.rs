@@ -973,3 +973,143 @@ spec:
     assert!(stdout(&plan).contains("no changes"), "{}", stdout(&plan));
     assert_all_requests_valid(&world);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_out_of_band_pending_change_on_a_running_vm_is_drift_on_every_pass_then_corrected() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    let report = small_vm("app", 131, "").replace(
+        "metadata: {name: app}",
+        "metadata:\n  name: app\n  annotations: {proxops/drift: report}",
+    );
+    world.write("vm/app.yaml", Some(&report));
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    assert_eq!(api.status("pve1", "qemu", 131).await, "running");
+
+    // The operator raises the memory through the API; PVE holds it for a restart.
+    api.put("/nodes/pve1/qemu/131/config", &[("memory", "2048")])
+        .await;
+    let current = api.get("/nodes/pve1/qemu/131/config?current=1").await;
+    assert_eq!(text(current.as_object().unwrap(), "memory"), "1024");
+
+    // Reported as drift, the same on every pass: never needs-reboot, nothing written.
+    world.sim.control().clear_requests();
+    for _ in 0..2 {
+        let plan = world.proxops(&["plan"]).await;
+        let out = stdout(&plan);
+        assert!(out.contains("! drift VM/app on pve1"), "{out}");
+        assert!(out.contains("memory"), "{out}");
+        assert!(!out.contains("needs-reboot"), "{out}");
+    }
+    assert!(world.writes().is_empty());
+
+    // Without the annotation it is corrected: the manifest's value, which is the one in
+    // effect, clears what PVE held, so no restart is needed and the next plan is empty.
+    world.write("vm/app.yaml", Some(&small_vm("app", 131, "")));
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    let out = stdout(&apply);
+    assert!(out.contains("update VM/app on pve1: ok"), "{out}");
+    assert!(!out.contains("needs-reboot"), "{out}");
+    let pending = api.get("/nodes/pve1/qemu/131/pending").await;
+    let memory = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "memory")
+        .unwrap()
+        .clone();
+    assert!(memory.get("pending").is_none(), "{memory}");
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    assert!(stdout(&plan).contains("no changes"), "{}", stdout(&plan));
+    assert_eq!(api.status("pve1", "qemu", 131).await, "running");
+    assert_all_requests_valid(&world);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_reads_each_managed_guest_once_from_its_pending_list() {
+    let world = World::start(&[]).await;
+    for (name, vmid) in [("a", 140), ("b", 141), ("c", 142)] {
+        world.write(&format!("vm/{name}.yaml"), Some(&small_vm(name, vmid, "")));
+    }
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+
+    world.sim.control().clear_requests();
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    assert!(stdout(&plan).contains("no changes"), "{}", stdout(&plan));
+    let mut endpoints: Vec<String> = world
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .filter(|r| !r.contains("/version"))
+        .collect();
+    endpoints.sort();
+    assert_eq!(
+        endpoints,
+        [
+            "GET /cluster/resources",
+            "GET /nodes/pve1/qemu/140/pending",
+            "GET /nodes/pve1/qemu/141/pending",
+            "GET /nodes/pve1/qemu/142/pending",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_that_ignores_acpi_is_stopped_hard_after_the_shutdown_timeout() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    // A 4 s task wait gives the guest 2 s to shut down cleanly.
+    let config = world.dir.path().join("agent.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("\"30s\"", "\"4s\"")).unwrap();
+    world.write("vm/hung.yaml", Some(&small_vm("hung", 150, "")));
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    assert_eq!(api.status("pve1", "qemu", 150).await, "running");
+    assert!(world.sim.control().ignore_shutdown(150, true));
+
+    world.write(
+        "vm/hung.yaml",
+        Some(&small_vm("hung", 150, "").replace("  memory:", "  state: stopped\n  memory:")),
+    );
+    world.sim.control().clear_requests();
+    let started = std::time::Instant::now();
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert_eq!(api.status("pve1", "qemu", 150).await, "stopped");
+    let shutdown = world
+        .writes()
+        .into_iter()
+        .find(|r| r.path.ends_with("/status/shutdown"))
+        .expect("a shutdown request");
+    assert_eq!(shutdown.params["timeout"], "2");
+    assert_eq!(shutdown.params["forceStop"], "1");
+
+    // Without forceStop, PVE gives up after the timeout and the guest keeps running.
+    api.post("/nodes/pve1/qemu/150/status/start", &[]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let upid = api
+        .post("/nodes/pve1/qemu/150/status/shutdown", &[("timeout", "1")])
+        .await;
+    let path = format!(
+        "/nodes/pve1/tasks/{}/status",
+        upid.as_str().unwrap().replace(':', "%3A")
+    );
+    let mut status = api.get(&path).await;
+    for _ in 0..50 {
+        if status["status"] == "stopped" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = api.get(&path).await;
+    }
+    assert_eq!(
+        status["exitstatus"], "VM quit/powerdown failed - got timeout",
+        "{status}"
+    );
+    assert_eq!(api.status("pve1", "qemu", 150).await, "running");
+    assert_all_requests_valid(&world);
+}
