@@ -12,6 +12,7 @@ mod cli_validate;
 mod demo;
 mod git_server;
 mod guests;
+mod hostile;
 mod migrate;
 mod readme;
 mod sim;
