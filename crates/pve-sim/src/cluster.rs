@@ -1,10 +1,11 @@
-//! The simulated cluster's state: nodes, storage definitions and volumes, guests, the task
-//! table, pools, and users. Built from a [`Seed`]; changed only by API handlers and task
+//! The simulated cluster's state: nodes (with their bridges), storage definitions and
+//! volumes, guests, the task table, pools, users and the ACL. Built from a [`Seed`]; changed only by API handlers and task
 //! work while they hold the cluster lock.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::acl::Acl;
 use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::guest::{Guest, Kind};
@@ -27,6 +28,8 @@ pub(crate) struct Node {
     pub(crate) maxcpu: u32,
     pub(crate) maxmem: u64,
     pub(crate) online: bool,
+    /// Linux bridges (`vmbr0`, ...).
+    pub(crate) bridges: Vec<String>,
 }
 
 /// A resource pool.
@@ -48,6 +51,8 @@ pub(crate) struct Cluster {
     pub(crate) tasks: Vec<Task>,
     pub(crate) pools: BTreeMap<String, Pool>,
     pub(crate) auth: Auth,
+    /// Roles, groups and ACL entries: what each caller may do.
+    pub(crate) acl: Acl,
     /// Config file locks held by running tasks (clone sources), by vmid.
     pub(crate) file_locks: BTreeMap<u32, u32>,
     pub(crate) boot_time: u64,
@@ -107,6 +112,7 @@ impl Cluster {
                             maxcpu: n.maxcpu,
                             maxmem: n.maxmem,
                             online: n.online,
+                            bridges: n.bridges.clone(),
                         },
                     )
                 })
@@ -121,6 +127,7 @@ impl Cluster {
                 .map(|p| (p.clone(), Pool::default()))
                 .collect(),
             auth,
+            acl: Acl::from_seed(seed),
             file_locks: BTreeMap::new(),
             boot_time: now.saturating_sub(3600),
             next_pid: 0x1000 + rand::random_range(0..0x1000u32),

@@ -10,6 +10,7 @@
 //! * `api` — the dispatcher (faults, auth, parameters, schema check, routing) and one
 //!   handler module per API area; `api/control.rs` is the `/_sim/` control API.
 //! * `auth` — API tokens, tickets, CSRF.
+//! * `acl` — roles, ACL entries, token privilege separation: the privileges a caller holds.
 //! * `cluster` — the state: nodes, storages and volumes, guests, tasks, pools, users.
 //! * `guest`, `storage`, `property` — rules of guest configs, volumes and property strings.
 //! * `task` — UPIDs and the task runner.
@@ -30,6 +31,7 @@
 //! # }
 //! ```
 
+mod acl;
 mod api;
 mod auth;
 mod cluster;
@@ -53,6 +55,7 @@ pub use error::SimError;
 pub use faults::{FaultError, HttpFault};
 pub use request_log::{RequestLog, RequestRecord};
 pub use seed::{
-    GuestSeed, NodeSeed, Seed, SeedError, StorageSeed, TokenSeed, UserSeed, VolumeSeed,
+    AclSeed, GroupSeed, GuestSeed, NodeSeed, RoleSeed, Seed, SeedError, StorageSeed, TokenSeed,
+    UserSeed, VolumeSeed,
 };
 pub use server::{DEFAULT_LOCK_TIMEOUT, DEFAULT_TASK_DURATION, RunningSim, SimConfig, start};

@@ -1,5 +1,6 @@
-//! The initial cluster: nodes, storages (as in `storage.cfg`), extra users and API tokens,
-//! pools, files already present on storages, and guests. Read from JSON or TOML
+//! The initial cluster: nodes (with their bridges), storages (as in `storage.cfg`), extra
+//! users and API tokens, groups, roles and ACL entries (as in `user.cfg`), pools, files
+//! already present on storages, and guests. Read from JSON or TOML
 //! (`--seed FILE`) or taken from [`Seed::default`]. This module only describes the data;
 //! `cluster` turns it into live state.
 
@@ -56,6 +57,16 @@ pub struct Seed {
     /// Users besides `root@pam` (which always exists).
     #[serde(default)]
     pub users: Vec<UserSeed>,
+    /// Groups of users (ACL entries may name a group).
+    #[serde(default)]
+    pub groups: Vec<GroupSeed>,
+    /// Roles besides PVE's built-in ones (`Administrator`, `PVEVMAdmin`, ...).
+    #[serde(default)]
+    pub roles: Vec<RoleSeed>,
+    /// ACL entries. `root@pam` and its `proxops` token (no privilege separation) hold every
+    /// privilege without any; every other user and token holds only what these grant.
+    #[serde(default)]
+    pub acl: Vec<AclSeed>,
     /// Resource pools.
     #[serde(default)]
     pub pools: Vec<String>,
@@ -82,6 +93,9 @@ pub struct NodeSeed {
     /// `false` makes the node `offline` in listings.
     #[serde(default = "default_true")]
     pub online: bool,
+    /// Linux bridges of the node (`GET /nodes/{node}/network`).
+    #[serde(default = "default_bridges")]
+    pub bridges: Vec<String>,
 }
 
 /// One storage definition.
@@ -136,6 +150,49 @@ pub struct TokenSeed {
     pub id: String,
     /// Secret sent in the `PVEAPIToken` header.
     pub secret: String,
+    /// Privilege separation (PVE's default): the token holds what ACL entries grant the
+    /// token itself, limited to what its user holds. `false`: exactly its user's privileges.
+    #[serde(default = "default_true")]
+    pub privsep: bool,
+}
+
+/// A group of users.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSeed {
+    /// Group id.
+    pub groupid: String,
+    /// Member user ids (`name@realm`).
+    #[serde(default)]
+    pub members: Vec<String>,
+}
+
+/// A custom role.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSeed {
+    /// Role id.
+    pub roleid: String,
+    /// Its privileges, e.g. `["VM.Audit", "Datastore.Audit"]`.
+    pub privs: Vec<String>,
+}
+
+/// One ACL entry, in the shape `GET /access/acl` answers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AclSeed {
+    /// ACL path, e.g. `/storage/local` or `/vms`.
+    pub path: String,
+    /// A built-in or seeded role.
+    pub roleid: String,
+    /// `user`, `group` or `token`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The user id, group id or full token id (`user@realm!id`).
+    pub ugid: String,
+    /// Whether the grant is inherited by paths below (PVE's default).
+    #[serde(default = "default_true")]
+    pub propagate: bool,
 }
 
 /// A file present on a storage at start.
@@ -182,6 +239,9 @@ fn default_node_mem() -> u64 {
 fn default_true() -> bool {
     true
 }
+fn default_bridges() -> Vec<String> {
+    vec!["vmbr0".to_string()]
+}
 fn default_storage_size() -> u64 {
     512 * 1024 * 1024 * 1024
 }
@@ -198,6 +258,7 @@ impl Default for Seed {
             maxcpu: default_cpus(),
             maxmem: default_node_mem(),
             online: true,
+            bridges: default_bridges(),
         };
         let strings = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect();
         Self {
@@ -226,6 +287,9 @@ impl Default for Seed {
                 },
             ],
             users: Vec::new(),
+            groups: Vec::new(),
+            roles: Vec::new(),
+            acl: Vec::new(),
             pools: Vec::new(),
             volumes: Vec::new(),
             guests: Vec::new(),
@@ -280,6 +344,7 @@ impl Seed {
                 )));
             }
         }
+        self.check_access()?;
         for g in &self.guests {
             if !known_node(&g.node) {
                 return Err(SeedError::Invalid(format!(
@@ -292,6 +357,63 @@ impl Seed {
                     "guest {} has type '{}', expected qemu or lxc",
                     g.vmid, g.kind
                 )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Seed {
+    /// Users, groups, roles and ACL entries refer to each other consistently.
+    fn check_access(&self) -> Result<(), SeedError> {
+        let invalid = |m: String| Err(SeedError::Invalid(m));
+        let known_user =
+            |u: &str| u == "root@pam" || self.users.iter().any(|user| user.userid == u);
+        let known_token = |t: &str| {
+            t == "root@pam!proxops"
+                || t.split_once('!').is_some_and(|(u, id)| {
+                    self.users
+                        .iter()
+                        .any(|user| user.userid == u && user.tokens.iter().any(|k| k.id == id))
+                })
+        };
+        for g in &self.groups {
+            for m in &g.members {
+                if !known_user(m) {
+                    return invalid(format!("group '{}' names unknown user '{m}'", g.groupid));
+                }
+            }
+        }
+        for r in &self.roles {
+            if crate::acl::is_builtin_role(&r.roleid) {
+                return invalid(format!("role '{}' is built in", r.roleid));
+            }
+            if let Some(p) = r.privs.iter().find(|p| !crate::acl::is_privilege(p)) {
+                return invalid(format!("role '{}' names unknown privilege '{p}'", r.roleid));
+            }
+        }
+        for (i, a) in self.acl.iter().enumerate() {
+            let at = format!("acl[{i}] ({} {})", a.path, a.ugid);
+            if !a.path.starts_with('/') {
+                return invalid(format!("{at}: path must start with '/'"));
+            }
+            if !crate::acl::is_builtin_role(&a.roleid)
+                && !self.roles.iter().any(|r| r.roleid == a.roleid)
+            {
+                return invalid(format!("{at}: unknown role '{}'", a.roleid));
+            }
+            let known = match a.kind.as_str() {
+                "user" => known_user(&a.ugid),
+                "token" => known_token(&a.ugid),
+                "group" => self.groups.iter().any(|g| g.groupid == a.ugid),
+                other => {
+                    return invalid(format!(
+                        "{at}: type '{other}', expected user, group or token"
+                    ));
+                }
+            };
+            if !known {
+                return invalid(format!("{at}: unknown {} '{}'", a.kind, a.ugid));
             }
         }
         Ok(())

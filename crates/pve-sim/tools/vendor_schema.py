@@ -6,7 +6,8 @@ PROVENANCE.md) plus a fixed list of extra endpoints (EXTRA_ENDPOINTS) from the
 full schema tree of the same dump (../shared/pve-api/apidoc-full.json), and
 writes crates/pve-sim/schema/pve-params.json: for every endpoint path and HTTP
 method, the facts JSONSchema.pm checks (type, optional, format, enum, pattern,
-limits, requires, property-string keys) and nothing else -- no description,
+limits, requires, property-string keys), the method's permission check
+(`permissions.check` / `permissions.user`) and nothing else -- no description,
 verbose_description, typetext or format_description.
 
 Usage (from anywhere; paths default relative to the repository root):
@@ -52,6 +53,8 @@ NAMED_PROPERTY_STRING_FORMATS = ["pve-qm-ipconfig", "pve-qm-cicustom", "pve-qm-b
 EXTRA_ENDPOINTS = [
     ("/access/permissions", "GET"),
     ("/cluster/status", "GET"),
+    # `proxops check` lists each node's bridges (issue 7).
+    ("/nodes/{node}/network", "GET"),
 ]
 
 
@@ -108,6 +111,17 @@ def clean_prop(prop, where):
 
 def clean_format(fmt, where):
     return {k: clean_prop(v, f"{where}.{k}") for k, v in fmt.items()}
+
+
+def permissions(perms, where):
+    """The facts of a method's `permissions`: the `check` expression rest_handler evaluates
+    (check_api2_permissions) and `user` (`all`, `world`); the description is dropped."""
+    if perms is None:
+        return None
+    if not isinstance(perms, dict):
+        die(f"{where}: permissions is not an object")
+    out = {k: perms[k] for k in ("check", "user") if k in perms}
+    return out or None
 
 
 def family(path):
@@ -172,6 +186,9 @@ def vendor(subset, full):
         }
         if ep.get("proxyto"):
             entry["proxyto"] = ep["proxyto"]
+        perms = permissions(ep.get("permissions"), where)
+        if perms is not None:
+            entry["permissions"] = perms
         if method in endpoints.get(path, {}):
             die(f"{where}: duplicate endpoint")
         endpoints.setdefault(path, {})[method] = entry

@@ -1,45 +1,12 @@
-//! `/access/ticket` (login) and `/access/permissions`. Every authenticated caller holds all
-//! privileges; the only permission rules modelled are PVE's hard-wired `root@pam` checks,
-//! which live with the handlers that make them.
+//! `/access/ticket` (login) and `/access/permissions` (the caller's effective privileges,
+//! from `crate::acl`). PVE's hard-wired `root@pam` checks live with the handlers that make
+//! them; the ACL checks live in `permission.rs`.
 
 use serde_json::{Map, Value, json};
 
 use super::Ctx;
+use crate::acl::Privs;
 use crate::error::{ApiError, ApiResult};
-
-/// Privileges reported for every path.
-const PRIVILEGES: &[&str] = &[
-    "Datastore.Allocate",
-    "Datastore.AllocateSpace",
-    "Datastore.AllocateTemplate",
-    "Datastore.Audit",
-    "Pool.Allocate",
-    "Pool.Audit",
-    "SDN.Audit",
-    "SDN.Use",
-    "Sys.Audit",
-    "Sys.Console",
-    "Sys.Modify",
-    "Sys.PowerMgmt",
-    "VM.Allocate",
-    "VM.Audit",
-    "VM.Backup",
-    "VM.Clone",
-    "VM.Config.CDROM",
-    "VM.Config.CPU",
-    "VM.Config.Cloudinit",
-    "VM.Config.Disk",
-    "VM.Config.HWType",
-    "VM.Config.Memory",
-    "VM.Config.Network",
-    "VM.Config.Options",
-    "VM.Console",
-    "VM.GuestAgent.Audit",
-    "VM.GuestAgent.Unrestricted",
-    "VM.Migrate",
-    "VM.PowerMgmt",
-    "VM.Snapshot",
-];
 
 pub(super) async fn ticket(ctx: &Ctx) -> ApiResult {
     let mut username = ctx.params.required("username")?.to_string();
@@ -78,28 +45,44 @@ pub(super) async fn ticket(ctx: &Ctx) -> ApiResult {
     }
 }
 
-pub(super) fn permissions(ctx: &Ctx) -> Value {
+/// `GET /access/permissions`: the effective privileges of the caller (or of `userid`: itself,
+/// one of its own tokens, or anyone with `Sys.Audit` on `/access`), per path, each with its
+/// propagate flag; with `path`, that path only (`{}` when nothing is held there).
+pub(super) fn permissions(ctx: &Ctx) -> ApiResult {
+    let caller = ctx.authid().to_string();
     let cluster = ctx.shared.cluster();
-    let mut paths = vec!["/".to_string(), "/access".to_string(), "/nodes".to_string()];
-    paths.extend(
+    let target = ctx.params.get("userid").unwrap_or(&caller).to_string();
+    let own_token = target
+        .split_once('!')
+        .is_some_and(|(user, _)| user == caller);
+    if target != caller && !own_token {
         cluster
-            .storages
-            .iter()
-            .map(|s| format!("/storage/{}", s.id)),
-    );
-    paths.push("/vms".to_string());
-    paths.extend(cluster.guests.keys().map(|id| format!("/vms/{id}")));
-    paths.extend(cluster.pools.keys().map(|p| format!("/pool/{p}")));
-    let privs: Map<String, Value> = PRIVILEGES
-        .iter()
-        .map(|p| ((*p).to_string(), Value::from(1)))
-        .collect();
-    let only = ctx.params.get("path");
-    Value::Object(
-        paths
+            .acl
+            .check(&caller, "/access", &["Sys.Audit"], false)?;
+    }
+    let render = |privs: Privs| -> Value {
+        Value::Object(
+            privs
+                .into_iter()
+                .map(|(p, propagate)| (p, Value::from(u8::from(propagate))))
+                .collect::<Map<String, Value>>(),
+        )
+    };
+    if let Some(path) = ctx.params.get("path") {
+        let privs = cluster.acl.permissions(&target, path);
+        let mut out = Map::new();
+        if !privs.is_empty() {
+            out.insert(path.to_string(), render(privs));
+        }
+        return Ok(Value::Object(out));
+    }
+    let pools = cluster.pools.keys().cloned().collect::<Vec<_>>();
+    Ok(Value::Object(
+        cluster
+            .acl
+            .effective(&target, pools.into_iter())
             .into_iter()
-            .filter(|p| only.is_none_or(|o| o == p))
-            .map(|p| (p, Value::Object(privs.clone())))
+            .map(|(path, privs)| (path, render(privs)))
             .collect(),
-    )
+    ))
 }

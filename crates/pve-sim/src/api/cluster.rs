@@ -72,11 +72,16 @@ pub(super) fn resources(ctx: &Ctx) -> ApiResult {
     let cluster = ctx.shared.cluster();
     let now = now_epoch();
     let mut out = Vec::new();
+    let authid = ctx.authid();
+    // Guests need VM.Audit, storages Datastore.Audit or AllocateSpace, pools Pool.Audit;
+    // nodes are always listed.
+    let may = |path: String, privs: &[&str]| cluster.acl.holds(authid, &path, privs, true);
     if filter.is_none() || filter == Some("vm") {
         out.extend(
             cluster
                 .guests
                 .values()
+                .filter(|g| may(format!("/vms/{}", g.vmid), &["VM.Audit"]))
                 .map(|g| guest_resource(&cluster, g, now)),
         );
     }
@@ -90,7 +95,13 @@ pub(super) fn resources(ctx: &Ctx) -> ApiResult {
     }
     if filter.is_none() || filter == Some("storage") {
         for node in cluster.nodes.keys() {
-            for s in cluster.storages.iter().filter(|s| s.is_on_node(node)) {
+            for s in cluster.storages.iter().filter(|s| {
+                s.is_on_node(node)
+                    && may(
+                        format!("/storage/{}", s.id),
+                        &["Datastore.Audit", "Datastore.AllocateSpace"],
+                    )
+            }) {
                 out.push(json!({
                     "id": format!("storage/{node}/{}", s.id),
                     "type": "storage",
@@ -111,6 +122,7 @@ pub(super) fn resources(ctx: &Ctx) -> ApiResult {
             cluster
                 .pools
                 .keys()
+                .filter(|p| may(format!("/pool/{p}"), &["Pool.Audit"]))
                 .map(|p| json!({ "id": format!("/pool/{p}"), "type": "pool", "pool": p })),
         );
     }

@@ -5,7 +5,9 @@
 //! Order follows pveproxy and `rest_handler`: authentication first (401 with an empty body),
 //! then the handler lookup (501), path parameters given again with other values (400), API
 //! tokens on endpoints without `allowtoken` (403, also on `/access/ticket`, which needs no
-//! login), proxying to the node (500/595), parameter validation (400), then the handler.
+//! login), the method's schema permission check (403), proxying to the node (500/595),
+//! parameter validation (400), then the handler (whose own permission checks are in
+//! `permission.rs`).
 
 mod access;
 mod cluster;
@@ -14,6 +16,8 @@ mod control;
 mod disks;
 mod guests;
 mod lxc;
+mod network;
+mod permission;
 mod qemu;
 mod storage;
 mod tasks;
@@ -129,6 +133,7 @@ enum Endpoint {
     ClusterTasks,
     Nodes,
     NodeStatus,
+    Network,
     StorageIndex,
     StorageStatus,
     StorageContent,
@@ -209,6 +214,7 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
             put("node", node);
             match (m, rest) {
                 ("GET", ["status"]) => E::NodeStatus,
+                ("GET", ["network"]) => E::Network,
                 ("GET", ["storage"]) => E::StorageIndex,
                 (m, ["storage", sid, rest @ ..]) => {
                     put("storage", sid);
@@ -277,6 +283,13 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
 
 async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
     use Endpoint as E;
+    // The handlers' own permission checks, which PVE makes right after validation.
+    match endpoint {
+        E::GuestCreate(kind) => permission::guest_create(ctx, kind)?,
+        E::ConfigPut(kind) => permission::guest_config(ctx, kind, ctx.params.vmid("vmid")?)?,
+        E::ConfigPost => permission::guest_config(ctx, Kind::Qemu, ctx.params.vmid("vmid")?)?,
+        _ => {}
+    }
     match endpoint {
         E::Version => Ok(cluster::version().into()),
         E::ClusterResources => cluster::resources(ctx).map(Into::into),
@@ -285,12 +298,13 @@ async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
         E::ClusterTasks => Ok(tasks::cluster_tasks(ctx)),
         E::Nodes => Ok(cluster::nodes(ctx).into()),
         E::NodeStatus => cluster::node_status(ctx).map(Into::into),
+        E::Network => network::index(ctx).map(Into::into),
         E::PoolList => cluster::pools(ctx).map(Into::into),
         E::PoolCreate => cluster::pool_create(ctx).map(Into::into),
         E::PoolGet => cluster::pool_get(ctx).map(Into::into),
         E::PoolDelete => cluster::pool_delete(ctx).map(Into::into),
         E::PoolUpdate => cluster::pool_update(ctx).map(Into::into),
-        E::Permissions => Ok(access::permissions(ctx).into()),
+        E::Permissions => access::permissions(ctx).map(Into::into),
         E::TicketGet => Ok(Value::Null.into()),
         E::TicketPost => access::ticket(ctx).await.map(Into::into),
         E::StorageIndex => storage::index(ctx).map(Into::into),
@@ -530,6 +544,11 @@ async fn handle(
             "Permission check failed (URI '{rel}' not available with API token, need proper ticket.\n)"
         ))));
     }
+    if let Some(caller) = &caller {
+        let mut all = params.clone();
+        all.extend(path_params.clone());
+        api2_permissions(shared, &caller.authid, method, rel, &all).map_err(fail)?;
+    }
     // pveproxy forwards `proxyto: node` calls before the handler validates anything: an
     // unknown node fails the DNS lookup, an offline one the connection (595).
     if let Some(node) = path_params.get("node") {
@@ -560,6 +579,27 @@ fn proxy_check(shared: &Shared, node: &str) -> ApiResult<()> {
         });
     }
     Ok(())
+}
+
+/// The method's schema `permissions` for this caller (`check_api2_permissions`). An endpoint
+/// the schema does not know is not refused here: validation answers it with 501.
+fn api2_permissions(
+    shared: &Shared,
+    authid: &str,
+    method: &str,
+    path: &str,
+    params: &BTreeMap<String, String>,
+) -> ApiResult<()> {
+    let schema = Schema::vendored();
+    let Some(info) = schema
+        .route(method, path)
+        .ok()
+        .and_then(|m| schema.endpoint_info(method, &m.template))
+    else {
+        return Ok(());
+    };
+    let cluster = shared.cluster();
+    permission::check_api2(&cluster.acl, authid, info.permissions.as_ref(), params)
 }
 
 /// Whether the schema lets API tokens call this endpoint (`allowtoken`). An endpoint the

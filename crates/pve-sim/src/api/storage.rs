@@ -1,5 +1,6 @@
 //! Storage endpoints: `/nodes/{node}/storage` (list), `{storage}/status`, `{storage}/content`
-//! (list, one volume, delete) and `{storage}/download-url`.
+//! (list, one volume, delete) and `{storage}/download-url`. Listings show only what the
+//! caller may see; reads and deletes of one volume make pve-storage's volume checks.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Ctx;
+use super::permission::volume_access;
 use crate::cluster::{Cluster, now_epoch};
 use crate::download;
 use crate::error::{ApiError, ApiResult};
@@ -39,6 +41,16 @@ pub(super) fn index(ctx: &Ctx) -> ApiResult {
     let content = ctx.params.get("content");
     let only = ctx.params.get("storage");
     let enabled_only = ctx.params.flag("enabled").unwrap_or(false);
+    let authid = ctx.authid();
+    // "Only list entries where you have 'Datastore.Audit' or 'Datastore.AllocateSpace'".
+    let visible = |s: &&StorageDef| {
+        cluster.acl.holds(
+            authid,
+            &format!("/storage/{}", s.id),
+            &["Datastore.Audit", "Datastore.AllocateSpace"],
+            true,
+        )
+    };
     Ok(Value::Array(
         cluster
             .storages
@@ -46,6 +58,7 @@ pub(super) fn index(ctx: &Ctx) -> ApiResult {
             .filter(|s| s.is_on_node(node))
             .filter(|s| only.is_none_or(|o| o == s.id))
             .filter(|s| !enabled_only || s.enabled)
+            .filter(visible)
             .filter(|s| content.is_none_or(|c| c.split(',').any(|c| s.has_content(c))))
             .map(|s| storage_entry(&cluster, node, s, true))
             .collect(),
@@ -89,12 +102,17 @@ pub(super) fn content(ctx: &Ctx) -> ApiResult {
     }
     let filter = ctx.params.get("content");
     let vmid = ctx.params.get("vmid").and_then(|v| v.parse::<u32>().ok());
+    let authid = ctx.authid();
     Ok(Value::Array(
         cluster
             .volumes(&node, &sid)
             .iter()
             .filter(|(_, v)| filter.is_none_or(|f| v.content == f))
             .filter(|(_, v)| vmid.is_none_or(|id| v.vmid == Some(id)))
+            // Entries the caller may not access are left out, not refused.
+            .filter(|(name, _)| {
+                volume_access(&cluster.acl, authid, &format!("{sid}:{name}"), None).is_ok()
+            })
             .map(|(name, v)| content_entry(&sid, name, v))
             .collect(),
     ))
@@ -126,6 +144,7 @@ pub(super) fn volume_get(ctx: &Ctx) -> ApiResult {
     let cluster = ctx.shared.cluster();
     cluster.node(node)?;
     let volid = resolve_volume(&cluster, node, sid, ctx.params.required("volume")?)?;
+    volume_access(&cluster.acl, ctx.authid(), &volid, None)?;
     let vol = cluster.volume(node, &volid).ok_or_else(|| {
         ApiError::die(format!("volume_size_info on '{volid}' failed - no format"))
     })?;
@@ -157,6 +176,7 @@ pub(super) async fn volume_delete(ctx: &Ctx) -> ApiResult {
         cluster.node(&node)?;
         let volid = resolve_volume(&cluster, &node, &sid, ctx.params.required("volume")?)?;
         let owner = cluster.volume(&node, &volid).and_then(|v| v.vmid);
+        delete_access(&cluster, ctx.authid(), &sid, &volid, owner)?;
         let id = owner.map_or_else(|| sid.clone(), |o| format!("{o}@{sid}"));
         let node2 = node.clone();
         let work: Work = Box::new(move |c, log, injected| {
@@ -183,6 +203,39 @@ pub(super) async fn volume_delete(ctx: &Ctx) -> ApiResult {
         return Ok(Value::Null);
     }
     Ok(Value::String(upid))
+}
+
+/// "You need 'Datastore.Allocate' privilege on the storage (or 'Datastore.AllocateSpace' for
+/// backup volumes if you have VM.Backup privilege on the VM)."
+fn delete_access(
+    cluster: &Cluster,
+    authid: &str,
+    sid: &str,
+    volid: &str,
+    owner: Option<u32>,
+) -> ApiResult<()> {
+    let path = format!("/storage/{sid}");
+    let backup = storage::split_volid(volid)
+        .and_then(|(_, name)| storage::parse_volname(name).ok())
+        .is_some_and(|p| p.content == "backup");
+    if authid == "root@pam"
+        || cluster
+            .acl
+            .holds(authid, &path, &["Datastore.Allocate"], false)
+    {
+        return Ok(());
+    }
+    if backup && let Some(vmid) = owner {
+        cluster
+            .acl
+            .check(authid, &path, &["Datastore.AllocateSpace"], false)?;
+        return cluster
+            .acl
+            .check(authid, &format!("/vms/{vmid}"), &["VM.Backup"], false);
+    }
+    cluster
+        .acl
+        .check(authid, &path, &["Datastore.Allocate"], false)
 }
 
 pub(super) fn download_url(ctx: &Ctx) -> ApiResult {

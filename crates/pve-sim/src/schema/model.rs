@@ -36,6 +36,20 @@ pub(crate) struct Endpoint {
     #[serde(default)]
     pub(crate) proxyto: Option<String>,
     pub(crate) parameters: Props,
+    /// The method's `permissions`: the `check` expression and `user` (`all`, `world`).
+    #[serde(default)]
+    pub(crate) permissions: Option<super::Permissions>,
+}
+
+/// `permissions` as vendored: `check` is PVE's nested array form
+/// (`["perm", "/vms/{vmid}", ["VM.Audit"], "any", 1]`), parsed by `permissions.rs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPermissions {
+    #[serde(default)]
+    pub(crate) check: Option<serde_json::Value>,
+    #[serde(default)]
+    pub(crate) user: Option<String>,
 }
 
 /// One parameter, or one key of a property string.

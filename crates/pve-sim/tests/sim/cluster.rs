@@ -139,7 +139,13 @@ content = ["images", "rootdir"]
 
 [[users]]
 userid = "ci@pve"
-tokens = [{ id = "deploy", secret = "s3cret" }]
+tokens = [{ id = "deploy", secret = "s3cret", privsep = false }]
+
+[[acl]]
+path = "/"
+roleid = "PVEAdmin"
+type = "user"
+ugid = "ci@pve"
 
 [[volumes]]
 node = "alpha"

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
 mod access;
+mod acl;
 mod binary;
 mod cluster;
 mod download;
