@@ -1,9 +1,13 @@
 //! Benchmark (not a test) of issue 5's guest figures against the simulator:
 //!
-//! 1. observe + plan for 1,000 owned guests over 10 nodes: the HTTP requests sent, by
-//!    endpoint (target: one `/cluster/resources` plus one config GET per managed guest), and
-//!    the wall time; half the guests run, and a running guest also gets its `pending` read;
-//! 2. applying 200 VM creates (20 per node) with 200 ms simulated task time, at 1 and at 4
+//! 1. 1,000 VMs over 10 nodes (half started) created by a first apply, then observe + plan
+//!    of those converged guests: the HTTP requests sent, by endpoint (target: one
+//!    `/cluster/resources` plus one config read per managed guest, here its `pending` list),
+//!    and the wall time;
+//! 2. a no-op pass for the same 1,000 guests: `reconcile_once` in apply mode (load and
+//!    validate the manifests, observe, plan, nothing to apply), as `proxops apply` and each
+//!    agent pass run it (the agent adds its git fetch and store records, not measured here);
+//! 3. applying 200 VM creates (20 per node) with 200 ms simulated task time, at 1 and at 4
 //!    concurrent actions per node.
 //!
 //! Run: `cargo bench --bench guests`, or in the debug profile with
@@ -16,14 +20,15 @@ use std::time::{Duration, Instant};
 
 use proxops::config::NodeScope;
 use proxops::execute::{self, Progress};
-use proxops::reconcile::{self, Context};
+use proxops::reconcile::{self, Context, Mode, PlanOptions};
 use proxops_pve::{ClientConfig, PveClient, RetryPolicy, Timeouts, Trust, WaitOptions};
-use proxops_pve_sim::{GuestSeed, RunningSim, Seed, SimConfig};
+use proxops_pve_sim::{RunningSim, Seed, SimConfig};
 use tokio_util::sync::CancellationToken;
 
 const NODES: usize = 10;
 const GUESTS: usize = 1_000;
 const CREATES: usize = 200;
+const RUNS: usize = 7;
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -31,7 +36,7 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        observe_and_plan().await;
+        converged().await;
         for concurrency in [1, 4] {
             creates(concurrency).await;
         }
@@ -95,55 +100,93 @@ fn vm(i: usize, state: &str) -> String {
     )
 }
 
-async fn observe_and_plan() {
-    let mut seed = seed();
-    let mut files = BTreeMap::new();
-    for i in 0..GUESTS {
-        let running = i % 2 == 0;
-        seed.guests.push(GuestSeed {
-            vmid: u32::try_from(1000 + i).unwrap(),
-            kind: "qemu".into(),
-            node: format!("node{:02}", i % NODES + 1),
-            config: BTreeMap::from([
-                ("name".to_owned(), format!("vm-{i:04}")),
-                ("memory".to_owned(), "1024".to_owned()),
-                ("cores".to_owned(), "1".to_owned()),
-                ("tags".to_owned(), "proxops".to_owned()),
-            ]),
-            running,
-        });
-        files.insert(
-            format!("vm/vm-{i:04}.yaml"),
-            vm(i, if running { "started" } else { "stopped" }),
-        );
+/// Min, median and max of `timings` (sorted in place).
+fn spread(timings: &mut [Duration]) -> String {
+    timings.sort();
+    format!(
+        "min {:?}, median {:?}, max {:?} over {} runs",
+        timings[0],
+        timings[timings.len() / 2],
+        timings[timings.len() - 1],
+        timings.len()
+    )
+}
+
+fn print_counters(counters: &BTreeMap<String, u64>) {
+    for (endpoint, count) in counters {
+        println!("  {count:>5}  {endpoint}");
     }
-    let sim = start(seed, Duration::ZERO).await;
+}
+
+/// 1,000 guests created by ProxOps itself (so PVE holds exactly what the manifests say),
+/// then observe + plan and whole no-op passes measured against them.
+async fn converged() {
+    let sim = start(seed(), Duration::ZERO).await;
     let ctx = context(&sim, 4);
+    let files: BTreeMap<String, String> = (0..GUESTS)
+        .map(|i| {
+            let state = if i % 2 == 0 { "started" } else { "stopped" };
+            (format!("vm/vm-{i:04}.yaml"), vm(i, state))
+        })
+        .collect();
+    let progress: Progress = Arc::new(|_| {});
+    let cancel = CancellationToken::new();
+    let options = PlanOptions::default();
+    let pass =
+        |mode| reconcile::reconcile_once(&ctx, &files, None, mode, &options, &progress, &cancel);
+
+    let start = Instant::now();
+    let first = pass(Mode::Apply).await.unwrap();
+    let (ok, failed, skipped) = first.report.as_ref().map_or((0, 0, 0), |r| r.counts());
+    println!(
+        "setup: first apply of {GUESTS} VMs over {NODES} nodes (half started), tasks of 0 ms: \
+         {:?} ({ok} ok, {failed} failed, {skipped} skipped)",
+        start.elapsed()
+    );
+
     let desired = reconcile::desired_state(&files, None).unwrap();
     let mut timings = Vec::new();
     let mut counters = BTreeMap::new();
-    let mut actions = 0;
-    for _ in 0..5 {
+    let mut summary = (0, 0);
+    for _ in 0..RUNS {
         sim.control().clear_requests();
         let start = Instant::now();
         let plan = reconcile::observe_and_plan(&ctx, &desired).await;
         timings.push(start.elapsed());
         counters = sim.control().requests().counters;
-        actions = plan.actions().count();
+        summary = (plan.actions().count(), plan.findings.len());
     }
-    timings.sort();
     let total: u64 = counters.values().sum();
     println!(
-        "observe+plan, {GUESTS} owned guests over {NODES} nodes (half running; TLS, loopback): \
-         {total} HTTP requests, {actions} actions planned; min {:?}, median {:?}, max {:?} over {} runs",
-        timings[0],
-        timings[timings.len() / 2],
-        timings[timings.len() - 1],
-        timings.len()
+        "observe+plan, {GUESTS} converged guests over {NODES} nodes (half running; TLS, loopback): \
+         {total} HTTP requests, {} actions, {} findings; {}",
+        summary.0,
+        summary.1,
+        spread(&mut timings)
     );
-    for (endpoint, count) in &counters {
-        println!("  {count:>5}  {endpoint}");
+    print_counters(&counters);
+
+    let mut timings = Vec::new();
+    for _ in 0..RUNS {
+        sim.control().clear_requests();
+        let start = Instant::now();
+        let done = pass(Mode::Apply).await.unwrap();
+        timings.push(start.elapsed());
+        counters = sim.control().requests().counters;
+        assert!(done.report.is_none(), "a converged pass applies nothing");
+        assert!(!done.plan.has_changes());
     }
+    let total: u64 = counters.values().sum();
+    println!(
+        "no-op pass (reconcile_once, apply mode: load + validate + observe + plan, nothing to \
+         apply), {GUESTS} converged guests: {total} HTTP requests, {} writes; {}",
+        counters
+            .iter()
+            .filter(|(k, _)| !k.starts_with("GET "))
+            .map(|(_, n)| n)
+            .sum::<u64>(),
+        spread(&mut timings)
+    );
     sim.shutdown().await;
 }
 
