@@ -6,6 +6,7 @@
 //! observe (PVE GETs) → plan (pure) → execute (PVE writes) → store (SQLite).
 //!
 //! Layout:
+//! - [`adopt`]: existing guests and storage files → manifests, reading PVE with GETs only.
 //! - [`agent`]: the long-running loop (schedule, triggers, retry).
 //! - [`cli`]: one module per subcommand, each with a `run` function; exit codes.
 //! - [`config`]: agent.toml → validated `AgentConfig` (secrets from files).
@@ -19,6 +20,7 @@
 //! - [`telemetry`]: logging set-up.
 //! - [`webhook`]: `/hooks/<forge>` receiver: checks HMAC signatures, then nudges the agent.
 
+pub mod adopt;
 pub mod agent;
 pub mod check;
 pub mod cli;

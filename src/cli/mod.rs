@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod adopt;
 pub mod agent;
 pub mod apply;
 pub mod check;
@@ -57,6 +58,8 @@ enum Command {
     Drift(drift::Args),
     /// Print the JSON Schema of the manifest format (for editors and the YAML language server).
     Schema(schema::Args),
+    /// Write manifests for the guests and files already on PVE (reads only; never writes to PVE).
+    Adopt(adopt::Args),
     /// Check PVE against what the manifests and the current plan need (storages, bridges, privileges).
     Check(check::Args),
     /// Turn the Go ProxOps's `proxops.yaml` / `clusters/<c>/config.yaml` into an agent.toml.
@@ -99,6 +102,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Validate(args) => validate::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Check(args) => runtime()?.block_on(check::run(&args)),
+        Command::Adopt(args) => runtime()?.block_on(adopt::run(&args)),
         Command::MigrateConfig(args) => migrate_config::run(&args),
         Command::Completions(args) => completions::run(&args),
         Command::Man(args) => completions::man(&args),

@@ -5,6 +5,7 @@
 // Test helpers outside #[test] functions may panic on setup failures: that is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod adopt;
 mod agent;
 mod artifacts;
 mod check;

@@ -1,0 +1,245 @@
+//! Reading the cluster for adopt, with GET requests only: the nodes in scope, their guests
+//! (`GET /nodes/{n}/qemu|lxc`, then each guest's `/config`), their storages and the `iso`,
+//! `vztmpl` and `import` content of each. Like `observe.rs` this maps PVE's answers into core
+//! types ([`LiveConfig`]); unlike a pass, a read that fails fails adopt: a manifest set made
+//! from half a cluster would look complete and not be.
+
+use std::collections::BTreeMap;
+
+use proxops_core::guest::{GuestType, LiveConfig, LiveError};
+use proxops_core::plan::NodeScope;
+use proxops_pve::{ContentType, PveClient, PveError, request};
+use serde_json::Value;
+
+/// What adopt read from PVE.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    /// Nodes read, sorted.
+    pub(crate) nodes: Vec<String>,
+    /// Every guest on those nodes, sorted by vmid.
+    pub(crate) guests: Vec<Guest>,
+    /// Every ISO, container template and import file on those nodes' storages, sorted.
+    pub(crate) files: Vec<StoredFile>,
+    /// Storages not read (disabled or inactive), with why.
+    pub(crate) skipped: Vec<(String, String)>,
+}
+
+/// One guest and its config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Guest {
+    /// Its node.
+    pub(crate) node: String,
+    /// Its vmid.
+    pub(crate) vmid: u32,
+    /// qemu or lxc.
+    pub(crate) guest_type: GuestType,
+    /// `running`, `stopped`, ...
+    pub(crate) status: String,
+    /// Its config (pending values merged, as PVE answers by default).
+    pub(crate) config: LiveConfig,
+}
+
+/// One file of content `iso`, `vztmpl` or `import` on one node's storage.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct StoredFile {
+    /// The content type.
+    pub(crate) content: &'static str,
+    /// The storage id.
+    pub(crate) storage: String,
+    /// The file name (the volid after `<content>/`).
+    pub(crate) filename: String,
+    /// The node it was listed on (a shared storage lists its files on every node).
+    pub(crate) node: String,
+}
+
+/// Why the cluster could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// A GET failed.
+    #[error("reading {what}")]
+    Request {
+        /// What was being read (`GET /nodes/pve1/qemu`).
+        what: String,
+        /// PVE's answer.
+        #[source]
+        source: PveError,
+    },
+    /// A guest config was not an object.
+    #[error("reading the config of {guest}")]
+    Config {
+        /// `qemu 100 on pve1`.
+        guest: String,
+        /// What was wrong.
+        #[source]
+        source: LiveError,
+    },
+    /// A listing entry had no usable vmid.
+    #[error("GET /nodes/{node}/{guest_type}: an entry has no vmid")]
+    NoVmid {
+        /// The node.
+        node: String,
+        /// `qemu` or `lxc`.
+        guest_type: &'static str,
+    },
+}
+
+/// The artifact content types adopt reads, with their PVE spelling.
+const ARTIFACT_CONTENT: [(ContentType, &str); 3] = [
+    (ContentType::Iso, "iso"),
+    (ContentType::Vztmpl, "vztmpl"),
+    (ContentType::Import, "import"),
+];
+
+/// Reads everything adopt needs on the nodes in `scope`.
+///
+/// # Errors
+/// The first read that fails.
+pub(crate) async fn read(pve: &PveClient, scope: &NodeScope) -> Result<Snapshot, ReadError> {
+    let mut nodes = match scope {
+        NodeScope::Node(node) => vec![node.clone()],
+        NodeScope::All => pve
+            .nodes()
+            .await
+            .map_err(|source| ReadError::Request {
+                what: "GET /nodes".to_owned(),
+                source,
+            })?
+            .into_iter()
+            .map(|n| n.node)
+            .collect(),
+    };
+    nodes.sort();
+    nodes.dedup();
+    let mut snapshot = Snapshot::default();
+    for node in &nodes {
+        for guest_type in [GuestType::Qemu, GuestType::Lxc] {
+            snapshot
+                .guests
+                .extend(read_guests(pve, node, guest_type).await?);
+        }
+        let (files, skipped) = read_files(pve, node).await?;
+        snapshot.files.extend(files);
+        snapshot.skipped.extend(skipped);
+    }
+    snapshot.guests.sort_by_key(|g| g.vmid);
+    snapshot.files.sort();
+    snapshot.nodes = nodes;
+    Ok(snapshot)
+}
+
+async fn read_guests(
+    pve: &PveClient,
+    node: &str,
+    guest_type: GuestType,
+) -> Result<Vec<Guest>, ReadError> {
+    let list_req = match guest_type {
+        GuestType::Qemu => request::qemu_list(node),
+        GuestType::Lxc => request::lxc_list(node),
+    };
+    let list = pve
+        .execute(&list_req)
+        .await
+        .map_err(|source| ReadError::Request {
+            what: format!("GET /nodes/{node}/{}", guest_type.as_str()),
+            source,
+        })?;
+    let mut entries: BTreeMap<u32, String> = BTreeMap::new();
+    for entry in list.as_array().into_iter().flatten() {
+        // PVE's typing is loose: vmids come as numbers or strings (BEHAVIOUR.md §11).
+        let vmid = match &entry["vmid"] {
+            Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+            Value::String(s) => s.parse().ok(),
+            _ => None,
+        };
+        let Some(vmid) = vmid else {
+            return Err(ReadError::NoVmid {
+                node: node.to_owned(),
+                guest_type: guest_type.as_str(),
+            });
+        };
+        let status = entry["status"].as_str().unwrap_or("unknown").to_owned();
+        entries.insert(vmid, status);
+    }
+    let mut guests = Vec::with_capacity(entries.len());
+    for (vmid, status) in entries {
+        let config_req = match guest_type {
+            GuestType::Qemu => request::qemu_config(node, vmid, false),
+            GuestType::Lxc => request::lxc_config(node, vmid, false),
+        };
+        let what = format!("{} {vmid} on {node}", guest_type.as_str());
+        let body = pve
+            .execute(&config_req)
+            .await
+            .map_err(|source| ReadError::Request {
+                what: format!("the config of {what}"),
+                source,
+            })?;
+        let config =
+            LiveConfig::from_json(guest_type, &body).map_err(|source| ReadError::Config {
+                guest: what,
+                source,
+            })?;
+        guests.push(Guest {
+            node: node.to_owned(),
+            vmid,
+            guest_type,
+            status,
+            config,
+        });
+    }
+    Ok(guests)
+}
+
+/// The artifact files on one node, and the storages that could not be listed.
+async fn read_files(
+    pve: &PveClient,
+    node: &str,
+) -> Result<(Vec<StoredFile>, Vec<(String, String)>), ReadError> {
+    let storages = pve
+        .storages(node)
+        .await
+        .map_err(|source| ReadError::Request {
+            what: format!("GET /nodes/{node}/storage"),
+            source,
+        })?;
+    let mut files = Vec::new();
+    let mut skipped = Vec::new();
+    for storage in storages {
+        if storage.enabled == Some(false) || storage.active == Some(false) {
+            skipped.push((
+                format!("storage {} on {node}", storage.storage),
+                "disabled or inactive: its files were not listed".to_owned(),
+            ));
+            continue;
+        }
+        let configured: Vec<&str> = storage.content.split(',').map(str::trim).collect();
+        for (content_type, content) in ARTIFACT_CONTENT {
+            if !configured.contains(&content) {
+                continue;
+            }
+            let items = pve
+                .storage_content(node, &storage.storage, Some(content_type))
+                .await
+                .map_err(|source| ReadError::Request {
+                    what: format!(
+                        "GET /nodes/{node}/storage/{}/content?content={content}",
+                        storage.storage
+                    ),
+                    source,
+                })?;
+            let prefix = format!("{}:{content}/", storage.storage);
+            for item in items {
+                let Some(filename) = item.volid.strip_prefix(&prefix) else {
+                    continue;
+                };
+                files.push(StoredFile {
+                    content,
+                    storage: storage.storage.clone(),
+                    filename: filename.to_owned(),
+                    node: node.to_owned(),
+                });
+            }
+        }
+    }
+    Ok((files, skipped))
+}

@@ -1,0 +1,140 @@
+//! What adopt did, for the operator: the files written, the `resources.yaml` lines to add, the
+//! manifests that need filling in, what was skipped, the placeholder URLs and every gap.
+//! Rendered the same on every run (sorted lists, no timestamps); secret values never appear
+//! (gaps carry `<redacted>`).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+pub use super::guest::Gap;
+
+/// One manifest file adopt wrote.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Written {
+    /// Repository-relative path (`vm/<cluster>/web-1.yaml`).
+    pub path: String,
+    /// `VM/web-1`.
+    pub resource: String,
+    /// What it was made from (`qemu 100 on pve1`, `local:iso/x.iso on pve1, pve2`).
+    pub source: String,
+}
+
+/// A manifest that does not validate until the operator fills something in.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Incomplete {
+    /// Repository-relative path.
+    pub path: String,
+    /// What to fill in, one field per entry.
+    pub fill: Vec<String>,
+}
+
+/// Something adopt did not turn into a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Skipped {
+    /// What (`qemu 105 on pve1`, `local:import/x.ova on pve1`).
+    pub what: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// A placeholder URL the operator should replace.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Placeholder {
+    /// `ISO/debian-13`.
+    pub resource: String,
+    /// The placeholder written.
+    pub url: String,
+}
+
+/// The whole outcome.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The cluster the composition paths are for.
+    pub cluster: String,
+    /// The nodes read.
+    pub nodes: Vec<String>,
+    /// Files written (complete and incomplete).
+    pub written: Vec<Written>,
+    /// The lines to add under `resources:` in `clusters/<cluster>/resources.yaml`; incomplete
+    /// manifests are given commented out.
+    pub resources_lines: Vec<String>,
+    /// Manifests to finish before listing them.
+    pub incomplete: Vec<Incomplete>,
+    /// What was not adopted.
+    pub skipped: Vec<Skipped>,
+    /// Placeholder URLs.
+    pub placeholders: Vec<Placeholder>,
+    /// What PVE has that the manifests do not say.
+    pub gaps: Vec<Gap>,
+    /// GET requests sent.
+    pub requests: u64,
+    /// Non-GET requests sent (always 0 in a report: adopt fails otherwise).
+    pub writes: u64,
+}
+
+impl Report {
+    /// The report as text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let complete = self.written.len() - self.incomplete.len();
+        let _ = writeln!(
+            out,
+            "adopt: cluster {}, nodes {}: {} manifests written ({complete} complete, {} incomplete), {} skipped, {} gaps; {} GET requests, {} writes",
+            self.cluster,
+            self.nodes.join(", "),
+            self.written.len(),
+            self.incomplete.len(),
+            self.skipped.len(),
+            self.gaps.len(),
+            self.requests,
+            self.writes,
+        );
+        section(&mut out, "WRITTEN", &self.written, |w| {
+            format!("{}  {}  (from {})", w.path, w.resource, w.source)
+        });
+        if !self.resources_lines.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nRESOURCES: add under `resources:` in clusters/{}/resources.yaml (this file is never edited):",
+                self.cluster
+            );
+            for line in &self.resources_lines {
+                let _ = writeln!(out, "{line}");
+            }
+        }
+        section(&mut out, "INCOMPLETE", &self.incomplete, |i| {
+            let mut text = format!("{}: fill in", i.path);
+            for field in &i.fill {
+                let _ = write!(text, "\n    - {field}");
+            }
+            text
+        });
+        section(
+            &mut out,
+            "PLACEHOLDER URLS (replace with where the file comes from)",
+            &self.placeholders,
+            |p| format!("{}  {}", p.resource, p.url),
+        );
+        section(&mut out, "SKIPPED", &self.skipped, |s| {
+            format!("{}: {}", s.what, s.reason)
+        });
+        section(
+            &mut out,
+            "GAPS (on PVE, not in the manifests)",
+            &self.gaps,
+            |g| format!("{}  {} = {}: {}", g.resource, g.key, g.value, g.note),
+        );
+        out
+    }
+}
+
+fn section<T>(out: &mut String, title: &str, items: &[T], line: impl Fn(&T) -> String) {
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n{title}:");
+    for item in items {
+        let _ = writeln!(out, "  {}", line(item));
+    }
+}

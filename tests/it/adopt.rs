@@ -1,0 +1,450 @@
+//! `proxops adopt` (issue 9) against the simulator: a cluster populated through PVE's API
+//! with hand-made guests of varied shape and files on two nodes is adopted read-only; the
+//! manifests validate, the first plan only adds the ownership tag, and after apply the next
+//! plan is empty. No write reaches PVE during adopt, no secret reaches any output or file, and
+//! a second run writes the same bytes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::sim::World;
+use crate::support::{proxops, stderr, stdout};
+
+const IMAGE: &[u8] = b"a qcow2 disk image, one GiB once imported";
+const TARBALL: &[u8] = b"a container template tarball";
+const ISO: &[u8] = b"an installer image";
+
+/// Key material and passwords given to PVE; none may appear in anything adopt writes.
+const SSH_KEY_BLOB: &str = "AAAAC3NzaC1lZDI1NTE5AAAAIAdoptSecretKeyMaterialxyz";
+const CI_PASSWORD: &str = "ci-Hunter2-never-shown";
+const CT_PASSWORD: &str = "ct-Hunter3-never-shown";
+
+/// PVE's API with the world's token.
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    fn new(world: &World) -> Api {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Api {
+            base: world.sim.base_url(),
+            http: reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .build()
+                .unwrap(),
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, form: &[(&str, &str)]) -> Value {
+        let response = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header(
+                "Authorization",
+                "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
+            )
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "{path}: {status} {body}");
+        body["data"].clone()
+    }
+
+    /// POSTs and, when PVE answers with a task, waits for it to end OK.
+    async fn post_and_wait(&self, node: &str, path: &str, form: &[(&str, &str)]) {
+        let data = self.call(reqwest::Method::POST, path, form).await;
+        if let Some(upid) = data.as_str() {
+            self.wait(node, upid).await;
+        }
+    }
+
+    async fn wait(&self, node: &str, upid: &str) {
+        for _ in 0..200 {
+            let status = self
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/nodes/{node}/tasks/{upid}/status"),
+                    &[],
+                )
+                .await;
+            if status["status"] == "stopped" {
+                assert_eq!(status["exitstatus"], "OK", "{upid}: {status}");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("task {upid} did not end");
+    }
+
+    async fn download(&self, world: &World, node: &str, content: &str, file: &str) {
+        let url = format!("{}/{file}", world.files_url);
+        self.post_and_wait(
+            node,
+            &format!("/nodes/{node}/storage/local/download-url"),
+            &[("content", content), ("filename", file), ("url", &url)],
+        )
+        .await;
+    }
+}
+
+/// Builds the hand-made cluster of issue 9 through PVE's API.
+async fn populate(world: &World, api: &Api) {
+    for node in ["pve1", "pve2"] {
+        api.download(world, node, "iso", "netinst.iso").await;
+        api.download(world, node, "import", "cloud.qcow2").await;
+        api.download(world, node, "vztmpl", "debian-12.tar.zst")
+            .await;
+    }
+    let ssh_key = format!("ssh-ed25519 {SSH_KEY_BLOB} admin@example");
+    let sshkeys = percent_encode(&ssh_key);
+    // A cloud-init VM with an imported disk, mixed-case tags and a password.
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/qemu",
+        &[
+            ("vmid", "100"),
+            ("name", "Cloud-Init-VM"),
+            ("memory", "2048"),
+            ("cores", "2"),
+            ("cpu", "host"),
+            ("scsihw", "virtio-scsi-single"),
+            (
+                "scsi0",
+                "local-lvm:0,import-from=local:import/cloud.qcow2,iothread=1,discard=on",
+            ),
+            ("ide2", "local-lvm:cloudinit"),
+            ("net0", "virtio,bridge=vmbr0"),
+            ("ciuser", "debian"),
+            ("sshkeys", &sshkeys),
+            ("cipassword", CI_PASSWORD),
+            ("ipconfig0", "ip=dhcp"),
+            ("nameserver", "10.0.0.53"),
+            ("agent", "1"),
+            ("boot", "order=scsi0"),
+            ("tags", "Web;Prod"),
+            ("description", "hand-made\nsecond line"),
+        ],
+    )
+    .await;
+    // UEFI with secure boot, a TPM and the installer ISO in the CD-ROM.
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/qemu",
+        &[
+            ("vmid", "101"),
+            ("name", "uefi-vm"),
+            ("memory", "4096"),
+            ("cores", "4"),
+            ("cpu", "x86-64-v2-AES"),
+            ("bios", "ovmf"),
+            ("machine", "q35"),
+            ("efidisk0", "local-lvm:1,efitype=4m,pre-enrolled-keys=1"),
+            ("tpmstate0", "local-lvm:1,version=v2.0"),
+            ("scsi0", "local-lvm:8"),
+            ("ide2", "local:iso/netinst.iso,media=cdrom"),
+            ("net0", "e1000,bridge=vmbr0,tag=20,firewall=1"),
+            ("onboot", "1"),
+            ("start", "1"),
+        ],
+    )
+    .await;
+    // PCI passthrough on the other node, and a key ProxOps does not model (a gap).
+    api.post_and_wait(
+        "pve2",
+        "/nodes/pve2/qemu",
+        &[
+            ("vmid", "102"),
+            ("name", "gpu-vm"),
+            ("memory", "8192"),
+            ("cores", "8"),
+            ("cpu", "host"),
+            ("machine", "q35"),
+            ("scsi0", "local-lvm:16"),
+            ("hostpci0", "0000:01:00.0,pcie=1"),
+            ("net0", "virtio,bridge=vmbr0"),
+            ("balloon", "2048"),
+        ],
+    )
+    .await;
+    // A template VM.
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/qemu",
+        &[
+            ("vmid", "103"),
+            ("name", "golden-vm"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("scsi0", "local-lvm:4"),
+            ("net0", "virtio,bridge=vmbr0"),
+        ],
+    )
+    .await;
+    api.post_and_wait("pve1", "/nodes/pve1/qemu/103/template", &[])
+        .await;
+    // A container with a mount point, and a template container.
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/lxc",
+        &[
+            ("vmid", "200"),
+            ("hostname", "data-ct"),
+            ("ostemplate", "local:vztmpl/debian-12.tar.zst"),
+            ("memory", "1024"),
+            ("swap", "512"),
+            ("cores", "2"),
+            ("rootfs", "local-lvm:4"),
+            ("mp0", "local-lvm:2,mp=/srv/data,backup=1"),
+            ("net0", "name=eth0,bridge=vmbr0,ip=dhcp,type=veth"),
+            ("unprivileged", "1"),
+            ("features", "nesting=1"),
+            ("password", CT_PASSWORD),
+            ("tags", "DB"),
+        ],
+    )
+    .await;
+    api.post_and_wait(
+        "pve2",
+        "/nodes/pve2/lxc",
+        &[
+            ("vmid", "201"),
+            ("hostname", "golden-ct"),
+            ("ostemplate", "local:vztmpl/debian-12.tar.zst"),
+            ("memory", "512"),
+            ("cores", "1"),
+            ("rootfs", "local-lvm:2"),
+            ("net0", "name=eth0,bridge=vmbr0,ip=dhcp"),
+        ],
+    )
+    .await;
+    // PVE answers the lxc template call with null and converts in a worker (BEHAVIOUR.md §6).
+    api.post_and_wait("pve2", "/nodes/pve2/lxc/201/template", &[])
+        .await;
+    for _ in 0..200 {
+        let config = api
+            .call(reqwest::Method::GET, "/nodes/pve2/lxc/201/config", &[])
+            .await;
+        if config["template"].to_string().trim_matches('"') == "1" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("CT 201 did not become a template");
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Points the world's agent.toml at every node and names the cluster.
+fn every_node(world: &World) {
+    let path = world.dir.path().join("agent.toml");
+    let toml = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("node = \"pve1\"", "node = \"*\"\ncluster = \"lab\"");
+    std::fs::write(path, toml).unwrap();
+}
+
+/// Runs `proxops adopt --config <agent.toml> --out <repo>`.
+async fn adopt(world: &World) -> std::process::Output {
+    let config = world.dir.path().join("agent.toml");
+    let out = world.repo();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_proxops"))
+            .arg("adopt")
+            .arg("--config")
+            .arg(config)
+            .arg("--out")
+            .arg(out)
+            .env_remove("RUST_LOG")
+            .env_remove("PROXOPS_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// Every file under `dir`, relative path → contents.
+fn tree(dir: &Path) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(Result::unwrap)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+            (rel, std::fs::read_to_string(e.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn assert_ok(output: &std::process::Output) {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_adopted_cluster_validates_plans_only_the_ownership_tag_and_converges() {
+    let world = World::start(&[
+        ("netinst.iso", ISO),
+        ("cloud.qcow2", IMAGE),
+        ("debian-12.tar.zst", TARBALL),
+    ])
+    .await;
+    let api = Api::new(&world);
+    populate(&world, &api).await;
+    every_node(&world);
+
+    world.sim.control().clear_requests();
+    let first = adopt(&world).await;
+    assert_ok(&first);
+    assert!(
+        world.writes().is_empty(),
+        "adopt wrote: {:?}",
+        world.writes()
+    );
+    let report = stdout(&first);
+    let files = tree(&world.repo());
+
+    // Nothing secret in the report, the log or any file.
+    for secret in [SSH_KEY_BLOB, CI_PASSWORD, CT_PASSWORD] {
+        assert!(!report.contains(secret) && !stderr(&first).contains(secret));
+        for (path, text) in &files {
+            assert!(!text.contains(secret), "{path} holds a secret");
+        }
+    }
+    assert!(report.contains("cipassword = <redacted>"), "{report}");
+    assert!(report.contains("0 writes"), "{report}");
+
+    // Every kind, in the composition layout, artifacts on two nodes as one manifest.
+    let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "ctt/lab/debian-12.yaml",
+            "diskimage/lab/cloud.yaml",
+            "iso/lab/netinst.yaml",
+            "lxc/lab/data-ct.yaml",
+            "templatect/lab/golden-ct.yaml",
+            "templatevm/lab/golden-vm.yaml",
+            "vm/lab/cloud-init-vm.yaml",
+            "vm/lab/gpu-vm.yaml",
+            "vm/lab/uefi-vm.yaml",
+        ],
+        "{report}"
+    );
+    let file = |p: &str| files.iter().find(|(path, _)| path == p).unwrap().1.clone();
+    let iso = file("iso/lab/netinst.yaml");
+    assert!(iso.contains("nodes: [pve1, pve2]"), "{iso}");
+    assert!(
+        iso.contains("url: \"https://placeholder.invalid/local/netinst.iso\""),
+        "{iso}"
+    );
+    assert!(
+        report.contains("https://placeholder.invalid/local/cloud.qcow2"),
+        "{report}"
+    );
+    let ci_vm = file("vm/lab/cloud-init-vm.yaml");
+    assert!(ci_vm.contains("proxops/adopt: \"true\""), "{ci_vm}");
+    assert!(ci_vm.contains("ssh-keys: [\"*\"]"), "{ci_vm}");
+    assert!(ci_vm.contains("tags: [prod, web]"), "{ci_vm}");
+    assert!(!ci_vm.contains("cipassword:"), "{ci_vm}");
+    let gpu = file("vm/lab/gpu-vm.yaml");
+    assert!(gpu.contains("device: \"0000:01:00.0\""), "{gpu}");
+    assert!(report.contains("VM/gpu-vm  balloon = 2048"), "{report}");
+    let ct = file("lxc/lab/data-ct.yaml");
+    assert!(ct.contains("INCOMPLETE"), "{ct}");
+    assert!(ct.contains("mount-point: /srv/data"), "{ct}");
+    assert!(
+        report.contains("INCOMPLETE:\n  lxc/lab/data-ct.yaml: fill in\n    - spec.template"),
+        "{report}"
+    );
+
+    // A second run writes the same bytes and prints the same report.
+    let second = adopt(&world).await;
+    assert_ok(&second);
+    assert_eq!(stdout(&second), report);
+    assert_eq!(tree(&world.repo()), files);
+
+    // The operator lists the complete manifests, as printed.
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("  - ../../"))
+        .collect();
+    assert_eq!(lines.len(), 7, "{report}");
+    let mut composition = format!("resources:\n{}\n", lines.join("\n"));
+    world.write("clusters/lab/resources.yaml", Some(&composition));
+    let repo = world.repo().display().to_string();
+    assert_ok(&proxops(&["validate", &repo]));
+
+    // ... then fills in the containers' templates and lists them too.
+    for path in ["lxc/lab/data-ct.yaml", "templatect/lab/golden-ct.yaml"] {
+        let text = file(path).replacen("  memory:", "  template: debian-12\n  memory:", 1);
+        world.write(path, Some(&text));
+        composition.push_str(&format!("  - ../../{path}\n"));
+    }
+    world.write("clusters/lab/resources.yaml", Some(&composition));
+    assert_ok(&proxops(&["validate", &repo]));
+
+    // The first plan only claims each guest with the ownership tag: no other key, no delete,
+    // no resize, no finding, no download.
+    let plan = world.proxops(&["plan", "--node", "*", "--json"]).await;
+    assert_eq!(plan.status.code(), Some(2), "{}", stderr(&plan));
+    let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["plan"]["findings"], serde_json::json!([]), "{plan:#}");
+    assert_eq!(plan["plan"]["blocked"], serde_json::json!([]), "{plan:#}");
+    let mut claimed = Vec::new();
+    for action in plan["plan"]["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l.as_array().unwrap())
+    {
+        let verb = &action["verb"];
+        assert_eq!(verb["verb"], "update", "{action:#}");
+        let set = verb["set"].as_object().unwrap();
+        assert_eq!(set.keys().collect::<Vec<_>>(), ["tags"], "{action:#}");
+        assert!(
+            set["tags"]
+                .as_str()
+                .unwrap()
+                .split(';')
+                .any(|t| t == "proxops")
+        );
+        assert_eq!(verb["delete"], serde_json::json!([]), "{action:#}");
+        assert_eq!(verb["grow"], serde_json::json!([]), "{action:#}");
+        claimed.push(verb["vmid"].as_u64().unwrap());
+    }
+    claimed.sort_unstable();
+    assert_eq!(claimed, [100, 101, 102, 103, 200, 201]);
+
+    let apply = world.proxops(&["apply", "--yes", "--node", "*"]).await;
+    assert_ok(&apply);
+    let again = world.proxops(&["plan", "--node", "*"]).await;
+    assert_ok(&again);
+    assert!(stdout(&again).contains("no changes"), "{}", stdout(&again));
+    crate::sim::assert_all_requests_valid(&world);
+}
