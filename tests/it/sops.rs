@@ -361,6 +361,11 @@ async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_an
         create["params"]["cipassword"],
         "(secret: cloud-init.passwords.default)"
     );
+    assert!(
+        stdout(&plan).contains("+ create VM/web on pve1 (vmid 120)"),
+        "{}",
+        stdout(&plan)
+    );
     let mut shown = vec![
         ("plan", stdout(&plan) + &stderr(&plan)),
         ("plan --json", stdout(&plan_json) + &stderr(&plan_json)),
@@ -393,12 +398,14 @@ async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_an
 
     // Later passes (polling every second) write nothing: keys and password are in sync.
     let writes = world.writes().len();
-    let first = agent.wait_for(|_| true).await["last_attempted"]["started_at"].clone();
-    agent
+    let applied = agent.wait_for(|_| true).await["last_applied"]["id"].clone();
+    let later = agent
         .wait_for(|s| {
-            s["last_attempted"]["started_at"] != first && s["last_attempted"]["outcome"].is_string()
+            s["last_attempted"]["id"].as_u64() > applied.as_u64()
+                && s["last_attempted"]["outcome"].is_string()
         })
         .await;
+    assert_eq!(later["last_attempted"]["outcome"], "no-change", "{later}");
     assert_eq!(world.writes().len(), writes, "a second pass wrote to PVE");
 
     // And the plan now plans nothing.
@@ -422,6 +429,12 @@ async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_an
         .find(|p| p.extension().is_some_and(|e| e == "db"))
         .expect("the agent's database");
     shown.push(("database", database_text(&database)));
+    assert!(
+        shown
+            .last()
+            .is_some_and(|(_, db)| db.contains("(secret: cloud-init.passwords.default)")),
+        "the database records the create with its markers"
+    );
     let log = std::fs::read_to_string(&agent.log).unwrap();
     assert!(
         log.contains("TRACE"),
@@ -431,4 +444,155 @@ async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_an
     for (what, text) in &shown {
         assert_no_secret(what, text);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failing closed: every way a ref cannot be resolved refuses the pass before any PVE request.
+
+/// Runs `proxops apply --yes` on a World set up by `setup` and returns stderr; asserts exit 1
+/// and that the simulator saw no request at all (not even a read, so certainly no write).
+async fn refused_apply(setup: impl FnOnce(&World)) -> String {
+    let world = World::start(&[]).await;
+    setup(&world);
+    let out = cli(&world, &["apply", "--yes"]).await;
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        world.requests().is_empty(),
+        "PVE was asked: {:?}",
+        world.requests()
+    );
+    assert_no_secret("stderr", &text);
+    assert_no_secret("stdout", &stdout(&out));
+    text
+}
+
+/// The error line of a refused apply (trace lines aside).
+fn error_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or(stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ref_missing_from_the_document_refuses_the_pass_before_any_pve_request() {
+    let text = refused_apply(|world| {
+        let identity = identity_in(world.dir.path());
+        world_repo(world, Some(&identity));
+        let vm = world.repo().join("vm/base/web.yaml");
+        let edited = std::fs::read_to_string(&vm)
+            .unwrap()
+            .replace("cloud-init.ssh-keys.deploy", "cloud-init.ssh-keys.ops");
+        std::fs::write(vm, edited).unwrap();
+    })
+    .await;
+    assert_eq!(
+        error_line(&text),
+        "error: cloud-init references cannot be resolved: clusters/lab/secrets.sops.yaml: \
+         spec.cloud-init-data.ssh-key-refs[1]: `cloud-init.ssh-keys.ops` is missing in the SOPS document"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_age_identity_refuses_the_pass_before_any_pve_request() {
+    let text = refused_apply(|world| world_repo(world, None)).await;
+    assert_eq!(
+        error_line(&text),
+        "error: cloud-init references cannot be resolved: no age identity to decrypt \
+         clusters/lab/secrets.sops.yaml: set [secrets] age_key_file in agent.toml or SOPS_AGE_KEY_FILE"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_age_identity_refuses_the_pass_before_any_pve_request() {
+    let text = refused_apply(|world| {
+        let other = world.dir.path().join("other-identity.txt");
+        std::fs::copy(fixture("sops/fluxcd/age.txt"), &other).unwrap();
+        world_repo(world, Some(&other));
+    })
+    .await;
+    assert!(
+        error_line(&text).starts_with(
+            "error: cloud-init references cannot be resolved: clusters/lab/secrets.sops.yaml: wrong age identity: "
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unencrypted_document_refuses_the_pass_before_any_pve_request() {
+    let text = refused_apply(|world| {
+        let identity = identity_in(world.dir.path());
+        world_repo(world, Some(&identity));
+        world.write(
+            "clusters/lab/secrets.sops.yaml",
+            Some("cloud-init:\n  ssh-keys:\n    admin: ssh-ed25519 AAAA x\n    deploy: ssh-ed25519 AAAB y\n  passwords:\n    default: plain\n"),
+        );
+    })
+    .await;
+    assert_eq!(
+        error_line(&text),
+        "error: cloud-init references cannot be resolved: clusters/lab/secrets.sops.yaml: \
+         not encrypted by sops (no `sops` metadata); encrypt it with `sops encrypt --age ...`"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tampered_document_refuses_the_pass_before_any_pve_request() {
+    let text = refused_apply(|world| {
+        let identity = identity_in(world.dir.path());
+        world_repo(world, Some(&identity));
+        // One value swapped for another's ciphertext: each still authenticates on its own
+        // key path only if untouched, and the MAC covers them all.
+        let path = world.repo().join("clusters/lab/secrets.sops.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mac_line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("mac: ENC["))
+            .unwrap()
+            .to_owned();
+        let tampered_mac = flip_base64_char(&mac_line, "data:");
+        std::fs::write(path, text.replace(&mac_line, &tampered_mac)).unwrap();
+    })
+    .await;
+    assert_eq!(
+        error_line(&text),
+        "error: cloud-init references cannot be resolved: clusters/lab/secrets.sops.yaml: \
+         MAC mismatch: the file was changed without sops"
+    );
+}
+
+/// `line` with the first base64 character after `marker` changed to another one.
+fn flip_base64_char(line: &str, marker: &str) -> String {
+    let at = line.find(marker).unwrap() + marker.len();
+    let old = line.as_bytes()[at];
+    let new = if old == b'A' { 'B' } else { 'A' };
+    format!("{}{new}{}", &line[..at], &line[at + 1..])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_records_an_unresolvable_ref_as_a_refused_revision_and_writes_nothing() {
+    let world = World::start(&[]).await;
+    let other = world.dir.path().join("other-identity.txt");
+    std::fs::copy(fixture("sops/fluxcd/age.txt"), &other).unwrap();
+    let repo = TestRepo::new();
+    let files = fixture_files();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let commit = repo.commit_files(&files, "refs the agent's identity cannot decrypt");
+    let agent = SopsAgent::start(&world, &repo, &other);
+    let status = agent
+        .wait_for(|s| {
+            s["last_attempted"]["commit"].as_str() == Some(commit.as_str())
+                && s["last_attempted"]["outcome"].is_string()
+        })
+        .await;
+    assert_eq!(status["last_attempted"]["outcome"], "invalid", "{status}");
+    assert!(status["last_applied"].is_null(), "{status}");
+    let reason = agent.text("/status").await;
+    assert!(reason.contains("wrong age identity"), "{reason}");
+    assert!(world.writes().is_empty(), "{:?}", world.writes());
 }
