@@ -596,3 +596,78 @@ async fn the_agent_records_an_unresolvable_ref_as_a_refused_revision_and_writes_
     assert!(reason.contains("wrong age identity"), "{reason}");
     assert!(world.writes().is_empty(), "{:?}", world.writes());
 }
+
+/// A config write through the simulator's API, as an operator would make out of band.
+async fn pve_put(world: &World, vmid: u32, form: &[(&str, &str)]) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let response = client
+        .put(format!(
+            "{}/nodes/pve1/qemu/{vmid}/config",
+            world.sim.base_url()
+        ))
+        .header(
+            "Authorization",
+            "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
+        )
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_out_of_band_key_is_corrected_and_the_password_is_written_only_when_pve_has_none() {
+    let world = World::start(&[]).await;
+    let identity = identity_in(world.dir.path());
+    world_repo(&world, Some(&identity));
+    let out = cli(&world, &["apply", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // A foreign key replaces ours: the plan corrects sshkeys only (the password is present),
+    // showing the refs, never the live keys.
+    pve_put(
+        &world,
+        120,
+        &[("sshkeys", "ssh-rsa%20AAAAB3intruder%20x%40y")],
+    )
+    .await;
+    let plan = cli(&world, &["plan"]).await;
+    assert_eq!(plan.status.code(), Some(2), "{}", stderr(&plan));
+    let text = stdout(&plan);
+    assert!(
+        text.contains("sshkeys") && text.contains("cloud-init.ssh-keys.admin"),
+        "{text}"
+    );
+    assert!(!text.contains("cipassword"), "{text}");
+    assert!(!text.contains("intruder"), "live keys are shown: {text}");
+    assert_no_secret("plan", &text);
+    world.sim.control().clear_requests();
+    let out = cli(&world, &["apply", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let writes = world.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0].params["sshkeys"], ENCODED_KEYS);
+    assert!(!writes[0].params.contains_key("cipassword"), "{writes:?}");
+    assert_eq!(guest_config(&world, 120).await["sshkeys"], ENCODED_KEYS);
+
+    // The password removed out of band: written again, once.
+    pve_put(&world, 120, &[("delete", "cipassword")]).await;
+    assert!(guest_config(&world, 120).await.get("cipassword").is_none());
+    world.sim.control().clear_requests();
+    let out = cli(&world, &["apply", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_no_secret("apply", &(stdout(&out) + &stderr(&out)));
+    let writes = world.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert!(writes[0].params.contains_key("cipassword"), "{writes:?}");
+    assert!(!writes[0].params.contains_key("sshkeys"), "{writes:?}");
+    assert_eq!(guest_config(&world, 120).await["cipassword"], "**********");
+
+    let settled = cli(&world, &["plan"]).await;
+    assert_eq!(settled.status.code(), Some(0), "{}", stdout(&settled));
+}
