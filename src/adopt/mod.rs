@@ -323,3 +323,379 @@ fn document(kind: Kind, name: &str, adopt: bool, spec: Map) -> Map {
     doc.set("spec", Value::Map(spec));
     doc
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proxops_core::guest::{Artifacts, CompareContext, GuestType, LiveConfig, compare, render};
+    use proxops_core::repository::load;
+
+    use super::read::{Guest, Snapshot, StoredFile};
+    use super::*;
+
+    fn qemu(node: &str, vmid: u32, status: &str, pairs: &[(&str, &str)]) -> Guest {
+        Guest {
+            node: node.to_owned(),
+            vmid,
+            guest_type: GuestType::Qemu,
+            status: status.to_owned(),
+            config: LiveConfig::from_pairs(GuestType::Qemu, pairs.iter().copied()),
+        }
+    }
+
+    fn lxc(node: &str, vmid: u32, pairs: &[(&str, &str)]) -> Guest {
+        Guest {
+            node: node.to_owned(),
+            vmid,
+            guest_type: GuestType::Lxc,
+            status: "running".to_owned(),
+            config: LiveConfig::from_pairs(GuestType::Lxc, pairs.iter().copied()),
+        }
+    }
+
+    fn iso(node: &str) -> StoredFile {
+        StoredFile {
+            content: "iso",
+            storage: "local".to_owned(),
+            filename: "netinst.iso".to_owned(),
+            node: node.to_owned(),
+        }
+    }
+
+    /// Loads the adopted files with every complete manifest listed, as the report says.
+    fn load_adopted(adoption: &Adoption) -> proxops_core::repository::DesiredState {
+        let mut files = adoption.files.clone();
+        let listed: Vec<&str> = adoption
+            .report
+            .resources_lines
+            .iter()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::as_str)
+            .collect();
+        files.insert(
+            "clusters/lab/resources.yaml".to_owned(),
+            format!("resources:\n{}\n", listed.join("\n")),
+        );
+        let loaded = load(&files);
+        assert!(!loaded.has_errors(), "{:#?}", loaded.diagnostics);
+        loaded.states[0].clone()
+    }
+
+    /// Renders each adopted guest and compares it with the config it came from: the only
+    /// change is the ownership tag.
+    fn assert_round_trip(snapshot: &Snapshot) {
+        let adoption = build(snapshot, "lab");
+        let state = load_adopted(&adoption);
+        let artifacts = Artifacts::from_manifest(&state.manifest);
+        let mut checked = 0;
+        for resource in state.manifest.resources() {
+            let Some(rendered) = render(resource, &artifacts) else {
+                continue;
+            };
+            let vmid = match &resource.spec {
+                Some(proxops_core::manifest::Spec::Vm(spec)) => spec.vmid.get(),
+                Some(proxops_core::manifest::Spec::Lxc(spec)) => spec.vmid.get(),
+                _ => continue,
+            };
+            let guest = snapshot.guests.iter().find(|g| g.vmid == vmid).unwrap();
+            let diff = compare(&rendered, &guest.config, &CompareContext::default());
+            // A guest already tagged (created by the Go program) needs nothing at all.
+            let set: Vec<&String> = diff.set.keys().collect();
+            assert!(
+                set.is_empty() || set == ["tags"],
+                "{}: {diff:#?}",
+                resource.id
+            );
+            assert!(
+                diff.delete.is_empty() && diff.resize.is_empty(),
+                "{diff:#?}"
+            );
+            assert!(diff.findings.is_empty(), "{}: {diff:#?}", resource.id);
+            checked += 1;
+        }
+        assert!(checked > 0);
+    }
+
+    #[test]
+    fn adopted_vms_render_back_to_their_configs_except_the_ownership_tag() {
+        let snapshot = Snapshot {
+            nodes: vec!["pve1".to_owned(), "pve2".to_owned()],
+            guests: vec![
+                qemu(
+                    "pve1",
+                    100,
+                    "running",
+                    &[
+                        ("name", "web.example.org"),
+                        ("memory", "4096"),
+                        ("cores", "2"),
+                        ("sockets", "2"),
+                        ("cpu", "x86-64-v2-AES,hidden=1"),
+                        ("machine", "pc-q35-8.1"),
+                        ("bios", "ovmf"),
+                        ("vga", "serial0"),
+                        ("serial0", "socket"),
+                        ("numa", "1"),
+                        ("scsihw", "virtio-scsi-single"),
+                        ("scsi0", "local-lvm:vm-100-disk-0,iothread=1,ssd=1,size=32G"),
+                        (
+                            "virtio1",
+                            "local-lvm:vm-100-disk-1,aio=native,discard=on,size=500M",
+                        ),
+                        ("ide2", "local:iso/netinst.iso,media=cdrom"),
+                        (
+                            "efidisk0",
+                            "local-lvm:vm-100-disk-2,efitype=4m,pre-enrolled-keys=0,size=4M",
+                        ),
+                        (
+                            "net0",
+                            "virtio=BC:24:11:00:00:01,bridge=vmbr0,tag=30,rate=100,firewall=0",
+                        ),
+                        ("net1", "e1000=bc:24:11:00:00:02,bridge=vmbr1"),
+                        ("hostpci0", "0000:01:00.0,pcie=1"),
+                        ("onboot", "1"),
+                        ("startup", "order=2,up=30"),
+                        ("protection", "0"),
+                        ("agent", "1"),
+                        ("acpi", "1"),
+                        ("tablet", "0"),
+                        ("hotplug", "disk,network"),
+                        ("boot", "order=scsi0;ide2;net0"),
+                        ("tags", "Web;proxops"),
+                        ("description", "line one\nline two\n"),
+                        ("digest", "abc"),
+                        ("smbios1", "uuid=x"),
+                    ],
+                ),
+                qemu(
+                    "pve2",
+                    101,
+                    "stopped",
+                    &[
+                        ("name", "ci"),
+                        ("memory", "current=2048"),
+                        ("cores", "1"),
+                        ("cpu", "host"),
+                        ("scsi0", "local-lvm:vm-101-disk-0,size=8G"),
+                        ("ide2", "local-lvm:vm-101-cloudinit,media=cdrom"),
+                        ("ide3", "none,media=cdrom"),
+                        ("tpmstate0", "local-lvm:vm-101-disk-1,size=4M,version=v2.0"),
+                        ("ciuser", "debian"),
+                        ("sshkeys", "ssh-ed25519%20AAAAsecret%20me"),
+                        ("nameserver", "10.0.0.53 10.0.0.54"),
+                        ("searchdomain", "example.org"),
+                        ("ipconfig0", "ip=10.0.0.5/24,gw=10.0.0.1"),
+                        ("ipconfig1", "ip6=fd00::5/64,gw6=fd00::1"),
+                        ("hotplug", "0"),
+                    ],
+                ),
+                qemu(
+                    "pve1",
+                    900,
+                    "stopped",
+                    &[
+                        ("name", "golden"),
+                        ("memory", "1024"),
+                        ("cores", "1"),
+                        ("cpu", "kvm64"),
+                        ("scsi0", "local-lvm:base-900-disk-0,size=4G"),
+                        ("template", "1"),
+                    ],
+                ),
+            ],
+            files: vec![iso("pve1"), iso("pve2")],
+            skipped: Vec::new(),
+        };
+        assert_round_trip(&snapshot);
+        let adoption = build(&snapshot, "lab");
+        let web = &adoption.files["vm/lab/web-example-org.yaml"];
+        assert!(web.contains("pve-name: web.example.org"), "{web}");
+        assert!(web.contains("iso: netinst"), "{web}");
+        assert!(adoption.files.contains_key("templatevm/lab/golden.yaml"));
+        let ci = &adoption.files["vm/lab/ci.yaml"];
+        assert!(!ci.contains("AAAAsecret"), "{ci}");
+        assert!(ci.contains("ssh-keys: [\"*\"]"), "{ci}");
+        let pin = adoption
+            .report
+            .gaps
+            .iter()
+            .find(|g| g.key == "machine")
+            .unwrap();
+        assert_eq!(pin.value, "pc-q35-8.1");
+    }
+
+    #[test]
+    fn an_adopted_container_renders_back_once_its_template_is_filled_in() {
+        let snapshot = Snapshot {
+            nodes: vec!["pve1".to_owned()],
+            guests: vec![lxc(
+                "pve1",
+                200,
+                &[
+                    ("hostname", "db"),
+                    ("memory", "2048"),
+                    ("swap", "0"),
+                    ("cores", "2"),
+                    ("arch", "amd64"),
+                    ("rootfs", "local-lvm:vm-200-disk-0,size=8G"),
+                    (
+                        "mp0",
+                        "local-lvm:vm-200-disk-1,mp=/srv,size=16G,backup=0,acl=1,mountoptions=noatime",
+                    ),
+                    ("mp1", "/mnt/host,mp=/host,ro=1"),
+                    (
+                        "net0",
+                        "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:09,ip=10.0.0.9/24,gw=10.0.0.1,type=veth,tag=5",
+                    ),
+                    ("nameserver", "1.1.1.1"),
+                    ("searchdomain", "example.org"),
+                    ("unprivileged", "1"),
+                    ("features", "nesting=1"),
+                    ("onboot", "1"),
+                    ("console", "1"),
+                    ("tags", "DB"),
+                    ("ostype", "debian"),
+                ],
+            )],
+            files: vec![StoredFile {
+                content: "vztmpl",
+                storage: "local".to_owned(),
+                filename: "debian-12.tar.zst".to_owned(),
+                node: "pve1".to_owned(),
+            }],
+            skipped: Vec::new(),
+        };
+        let mut adoption = build(&snapshot, "lab");
+        assert_eq!(adoption.report.incomplete.len(), 1);
+        assert!(adoption.report.incomplete[0].fill[0].starts_with("spec.template"));
+        assert!(
+            adoption.report.resources_lines.contains(
+                &"#  - ../../lxc/lab/db.yaml   (incomplete: fill it in first)".to_owned()
+            )
+        );
+        // The operator's part: name the template and list the file.
+        let path = "lxc/lab/db.yaml".to_owned();
+        let filled =
+            adoption.files[&path].replacen("  memory:", "  template: debian-12\n  memory:", 1);
+        adoption.files.insert(path, filled);
+        adoption
+            .report
+            .resources_lines
+            .push("  - ../../lxc/lab/db.yaml".to_owned());
+        let state = load_adopted(&adoption);
+        let artifacts = Artifacts::from_manifest(&state.manifest);
+        let resource = state
+            .manifest
+            .resources()
+            .find(|r| r.id.kind == Kind::Lxc)
+            .unwrap();
+        let rendered = render(resource, &artifacts).unwrap();
+        let diff = compare(
+            &rendered,
+            &snapshot.guests[0].config,
+            &CompareContext::default(),
+        );
+        assert_eq!(diff.set.keys().collect::<Vec<_>>(), ["tags"], "{diff:#?}");
+        assert!(
+            diff.findings.is_empty() && diff.delete.is_empty(),
+            "{diff:#?}"
+        );
+    }
+
+    #[test]
+    fn what_the_format_cannot_say_is_a_gap_and_secrets_are_redacted() {
+        let snapshot = Snapshot {
+            nodes: vec!["pve1".to_owned()],
+            guests: vec![qemu(
+                "pve1",
+                300,
+                "stopped",
+                &[
+                    ("name", "odd"),
+                    ("memory", "1024"),
+                    ("cores", "1"),
+                    ("cpu", "host,flags=+aes"),
+                    ("scsi0", "local-lvm:vm-300-disk-0,size=4G,cache=writeback"),
+                    ("scsi1", "local-lvm:vm-300-cloudinit,media=cdrom"),
+                    ("cicustom", "user=local:snippets/user.yaml"),
+                    ("cipassword", "**********"),
+                    ("hostpci0", "mapping=gpu"),
+                    ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0,mtu=9000"),
+                    ("balloon", "0"),
+                ],
+            )],
+            files: Vec::new(),
+            skipped: Vec::new(),
+        };
+        let adoption = build(&snapshot, "lab");
+        let gaps: BTreeMap<&str, &str> = adoption
+            .report
+            .gaps
+            .iter()
+            .map(|g| (g.key.as_str(), g.value.as_str()))
+            .collect();
+        assert_eq!(
+            gaps.keys().copied().collect::<Vec<_>>(),
+            [
+                "balloon",
+                "cicustom",
+                "cipassword",
+                "cpu.flags",
+                "hostpci0",
+                "net0.mtu",
+                "scsi0.cache",
+                "scsi1"
+            ]
+        );
+        assert_eq!(gaps["cipassword"], "<redacted>");
+        assert!(!adoption.report.render().contains("**********"));
+        assert!(adoption.report.incomplete.is_empty());
+    }
+
+    #[test]
+    fn clashing_names_get_the_vmid_and_guests_being_created_are_skipped() {
+        let vm = |vmid, name: &str| {
+            qemu(
+                "pve1",
+                vmid,
+                "stopped",
+                &[
+                    ("name", name),
+                    ("memory", "512"),
+                    ("cores", "1"),
+                    ("cpu", "host"),
+                    ("scsi0", "local-lvm:vm-1-disk-0,size=1G"),
+                ],
+            )
+        };
+        let mut creating = vm(503, "new");
+        creating.config = LiveConfig::from_pairs(GuestType::Qemu, [("lock", "create")]);
+        let snapshot = Snapshot {
+            nodes: vec!["pve1".to_owned()],
+            guests: vec![vm(500, "Web"), vm(501, "web"), vm(502, "!!!"), creating],
+            files: Vec::new(),
+            skipped: Vec::new(),
+        };
+        let adoption = build(&snapshot, "lab");
+        let paths: Vec<&str> = adoption.files.keys().map(String::as_str).collect();
+        assert_eq!(
+            paths,
+            [
+                "vm/lab/vm-502.yaml",
+                "vm/lab/web-501.yaml",
+                "vm/lab/web.yaml"
+            ]
+        );
+        assert_eq!(adoption.report.skipped.len(), 1);
+        assert_eq!(adoption.report.skipped[0].what, "qemu 503 on pve1");
+        assert_eq!(build(&snapshot, "lab"), adoption);
+    }
+
+    #[test]
+    fn a_cluster_name_that_is_not_a_folder_name_is_refused() {
+        assert!(check_cluster("lab-1").is_ok());
+        assert!(check_cluster("../x").is_err());
+        assert!(check_cluster("").is_err());
+    }
+}
