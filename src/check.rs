@@ -5,8 +5,8 @@
 //!
 //! The checks are read-only: `GET /version`, `/nodes`, `/nodes/{n}/storage`,
 //! `/nodes/{n}/network?type=bridge`, `/access/permissions`, plus the observe GETs of a `plan`.
-//! The bridge listing is not served by the simulator (it answers 501) nor part of the vendored
-//! API subset; a 501 turns the bridge check into a printed "skipped" item.
+//! The bridge listing is not among `proxops-pve`'s builders (it is outside the API subset
+//! they follow); a PVE answering 501 to it turns the bridge check into a "skipped" item.
 //!
 //! # Needed privileges
 //!
@@ -24,7 +24,8 @@
 //! | a new disk (`<storage>:<size>`), `rootfs`, `mpN`, resize | `/storage/<s>` | `Datastore.AllocateSpace` |
 //! | an ISO, import source or CT template used (`<s>:iso/…`, `import-from=`, `ostemplate`) | `/storage/<s>` | `Datastore.Audit` or `Datastore.AllocateSpace` |
 //! | a NIC on a bridge (`netN: …,bridge=<b>`) | `/sdn/zones/localnetwork/<b>` | `SDN.Use` |
-//! | a privileged container (`unprivileged=0`) | `/` | `Sys.Modify` |
+//! | a privileged container (`unprivileged` absent or `0`: PVE's default is privileged) | `/` | `Sys.Modify` |
+//! | (qemu) `startup` (it changes host behaviour) | `/` | `Sys.Modify` |
 //! | clone (`POST /nodes/{n}/qemu/{vmid}/clone`) | `/vms/<template>`, `/vms/<newid>` | `VM.Clone`; `VM.Allocate` |
 //! | config write (`PUT .../config`): disks, `boot`, resize | `/vms/<vmid>` | `VM.Config.Disk` (`VM.Config.CDROM` for `media=cdrom`) |
 //! | `cores`, `cpu`, `sockets`, `numa`, `vcpus`, `cpulimit`, `cpuunits`, `affinity` | `/vms/<vmid>` | `VM.Config.CPU` |
@@ -40,10 +41,10 @@
 //! `root@pam` (bind mounts, `hostpciN` without a resource mapping) are not privileges and are
 //! not checked here.
 //!
-//! Granted privileges come from `GET /access/permissions?path=<p>` for each needed path (PVE
-//! computes inheritance and token privilege separation itself). When an answer omits the path
-//! asked for (the simulator lists only paths that exist), the privileges of the nearest
-//! listed ancestor in the full map whose grants propagate are used.
+//! Granted privileges come from `GET /access/permissions` (the full map) and
+//! `?path=<p>` for each needed path it does not list (PVE computes inheritance and token
+//! privilege separation itself). A `?path=` answer without the path means nothing is held
+//! there.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -455,6 +456,9 @@ fn config_requirements(
         }
     };
     out.push(require(why, vec![pp(&vm, privilege)]));
+    if guest_type == GuestType::Qemu && key == "startup" {
+        out.push(require(why, vec![pp("/", "Sys.Modify")]));
+    }
     if disk && let Some(storage) = storage_of(value) {
         if allocates(value) || guest_type == GuestType::Lxc {
             out.push(require(
@@ -553,6 +557,12 @@ fn action_requirements(
                 &why,
                 vec![pp(format!("/vms/{}", c.vmid), "VM.Allocate")],
             ));
+            // PVE creates a privileged container unless told otherwise.
+            if c.guest_type == GuestType::Lxc
+                && c.params.get("unprivileged").map(String::as_str) != Some("1")
+            {
+                out.push(require(&why, vec![pp("/", "Sys.Modify")]));
+            }
             for (key, value) in &c.params {
                 match (c.guest_type, key.as_str()) {
                     (_, "start" | "pool" | "vmid") => {}
@@ -560,9 +570,6 @@ fn action_requirements(
                         if let Some(storage) = storage_of(value) {
                             out.push(volume_access(storage, &why));
                         }
-                    }
-                    (GuestType::Lxc, "unprivileged") if value == "0" => {
-                        out.push(require(&why, vec![pp("/", "Sys.Modify")]));
                     }
                     (GuestType::Lxc, "password" | "ssh-public-keys" | "unprivileged") => {}
                     _ => out.extend(config_requirements(
@@ -984,7 +991,10 @@ async fn check_bridges(pve: &PveClient, used: &Uses, nodes: &[proxops_pve::NodeI
                             ),
                             format!(
                                 "create it on {node} (System → Network → Create → Linux \
-                                 Bridge) or fix `bridge` in the manifests"
+                                 Bridge) or fix `bridge` in the manifests; if it exists, the \
+                                 token cannot see it: grant SDN.Use on \
+                                 /sdn/zones/localnetwork/{bridge} (or Sys.Audit on \
+                                 /nodes/{node})"
                             ),
                         ));
                     }
@@ -993,8 +1003,7 @@ async fn check_bridges(pve: &PveClient, used: &Uses, nodes: &[proxops_pve::NodeI
             Err(e) if not_implemented(&e) => items.push(Item::skipped(
                 "bridge",
                 format!("{} on {node}", join_names(&bridges)),
-                "not checked: PVE answered 501 to GET /nodes/{node}/network (the simulator \
-                 does not serve it)",
+                "not checked: PVE answered 501 to GET /nodes/{node}/network",
             )),
             Err(e) => items.push(Item::problem(
                 "bridge",
@@ -1056,6 +1065,10 @@ async fn granted(pve: &PveClient, requirements: &[Requirement]) -> Result<Grante
             .execute(&proxops_pve::request::access_permissions(Some(path), None))
             .await?;
         granted.add_answer(&answer);
+        // PVE answers `{}` for a path where nothing is held; without this the nearest listed
+        // ancestor would answer for it, which is wrong when a more specific ACL entry (or
+        // NoAccess) overrides what that ancestor propagates.
+        granted.paths.entry(path.to_owned()).or_default();
     }
     Ok(granted)
 }

@@ -139,6 +139,10 @@ pub struct Policy {
     pub concurrency_per_node: usize,
     /// How long to wait for one PVE task.
     pub task_timeout: Duration,
+    /// Consecutive failed writes that make the agent read-only (0: never).
+    pub write_breaker_threshold: u32,
+    /// How long the agent stays read-only before probing with one write.
+    pub write_breaker_cool_down: Duration,
 }
 
 /// `[policy] mode`.
@@ -264,6 +268,8 @@ struct RawPolicy {
     restart_on_change: Option<bool>,
     concurrency_per_node: Option<usize>,
     task_timeout: Option<String>,
+    write_breaker_threshold: Option<u32>,
+    write_breaker_cool_down: Option<String>,
 }
 
 impl AgentConfig {
@@ -488,7 +494,16 @@ impl AgentConfig {
                 "must be at least 1".to_owned(),
             ));
         }
+        let write_breaker_cool_down = match &p.write_breaker_cool_down {
+            Some(text) => humantime::parse_duration(text)
+                .map_err(|e| invalid("policy.write_breaker_cool_down", format!("`{text}`: {e}")))?,
+            None => crate::agent::breaker::DEFAULT_COOL_DOWN,
+        };
         let policy = Policy {
+            write_breaker_threshold: p
+                .write_breaker_threshold
+                .unwrap_or(crate::agent::breaker::DEFAULT_THRESHOLD),
+            write_breaker_cool_down,
             mode: p.mode.unwrap_or(Mode::Apply),
             prune: p.prune.unwrap_or(false),
             max_prune: p.max_prune.unwrap_or(DEFAULT_MAX_PRUNE),
@@ -652,6 +667,8 @@ mode = "report"
 prune = true
 max_prune = 5
 task_timeout = "10m"
+write_breaker_threshold = 7
+write_breaker_cool_down = "90s"
 "#;
 
     #[test]
@@ -664,6 +681,11 @@ task_timeout = "10m"
         assert_eq!(config.policy.mode, Mode::Report);
         assert_eq!(config.policy.max_prune, 5);
         assert_eq!(config.policy.task_timeout, Duration::from_secs(600));
+        assert_eq!(config.policy.write_breaker_threshold, 7);
+        assert_eq!(
+            config.policy.write_breaker_cool_down,
+            Duration::from_secs(90)
+        );
         assert_eq!(config.listen.port(), 9595);
         let source = config.source.unwrap();
         assert!(matches!(source.poll, Poll::Cron(ref c) if c == "*/5 * * * *"));
@@ -682,6 +704,11 @@ task_timeout = "10m"
         assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
         assert!(matches!(config.pve.trust, Trust::Fingerprint(ref f) if f.starts_with("AB:CD")));
         assert_eq!(config.policy.mode, Mode::Apply);
+        assert_eq!(config.policy.write_breaker_threshold, 20);
+        assert_eq!(
+            config.policy.write_breaker_cool_down,
+            Duration::from_secs(600)
+        );
         assert!(!config.policy.prune);
         assert_eq!(config.policy.max_prune, DEFAULT_MAX_PRUNE);
         assert_eq!(

@@ -155,6 +155,32 @@ pub fn print_status(status: &crate::http::StatusJson) {
             status.last_error.as_deref().unwrap_or("git fetch failing")
         );
     }
+    if let Some(error) = status
+        .last_attempted
+        .as_ref()
+        .and_then(|p| p.error.as_deref())
+    {
+        println!("last attempt failed: {error}");
+    }
+    if let Some(breaker) = status.write_breaker.as_ref().filter(|b| b.read_only) {
+        println!(
+            "READ-ONLY: write circuit breaker {}{}",
+            breaker.state,
+            breaker
+                .open_until
+                .as_deref()
+                .map(|t| format!(" until {t}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(p) = &status.last_force_push {
+        println!(
+            "last force-push: {} replaced {} (seen {})",
+            p.commit.as_deref().unwrap_or("-"),
+            p.previous_commit.as_deref().unwrap_or("-"),
+            p.started_at
+        );
+    }
     println!("open drift findings: {}", status.open_findings);
 }
 

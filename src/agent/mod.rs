@@ -4,6 +4,7 @@
 //! - [`schedule`]: when to look again (interval or cron, with jitter).
 //! - [`retry`]: the one place that turns a pass's verdict into the next delay.
 //! - [`pass`]: one recorded pass (fetch → validate → observe → plan → apply → record).
+//! - [`breaker`], [`gate`]: the write circuit breaker and what it lets a pass write.
 //! - [`status`]: the live view shared with the HTTP API.
 //! - [`notify`]: readiness, reload and stop notifications to systemd (`Type=notify`).
 //!
@@ -12,6 +13,8 @@
 //! next trigger. Webhook nudges go through a channel of capacity one: while a pass runs,
 //! any number of deliveries coalesce into exactly one more pass.
 
+pub mod breaker;
+pub mod gate;
 pub mod notify;
 pub mod pass;
 pub mod retry;
@@ -85,14 +88,17 @@ struct Running {
     schedule: Schedule,
 }
 
-fn build(
-    config: &AgentConfig,
-    config_path: &Path,
+/// What survives a configuration reload.
+#[derive(Clone)]
+struct Kept {
     store: SharedStore,
     live: Arc<status::LiveStatus>,
     interrupt: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
-) -> Result<Running, AgentError> {
+    breaker: Arc<Mutex<breaker::Breaker>>,
+}
+
+fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running, AgentError> {
     let source_config = config
         .source
         .as_ref()
@@ -114,17 +120,25 @@ fn build(
         },
         secrets: config.secrets.clone(),
     };
+    kept.breaker
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .reconfigure(
+            config.policy.write_breaker_threshold,
+            config.policy.write_breaker_cool_down,
+        );
     Ok(Running {
         deps: PassDeps {
             context,
             source: Arc::new(source),
-            store,
-            live,
+            store: kept.store,
+            live: kept.live,
             cluster: config.cluster.clone(),
             mode: config.policy.mode,
             node_label: node_label(&config.node),
-            interrupt,
-            metrics,
+            interrupt: kept.interrupt,
+            metrics: kept.metrics,
+            breaker: kept.breaker,
             plan_options: PlanOptions {
                 prune: config.policy.prune,
                 max_prune: config.policy.max_prune,
@@ -165,14 +179,17 @@ pub async fn run(
     let live = Arc::new(status::LiveStatus::default());
     let interrupt = Arc::new(AtomicBool::new(false));
     let metrics = Arc::new(Metrics::default());
-    let mut running = build(
-        &config,
-        config_path,
-        store.clone(),
-        live.clone(),
-        interrupt.clone(),
-        metrics.clone(),
-    )?;
+    let kept = Kept {
+        store: store.clone(),
+        live: live.clone(),
+        interrupt: interrupt.clone(),
+        metrics: metrics.clone(),
+        breaker: Arc::new(Mutex::new(breaker::Breaker::new(
+            config.policy.write_breaker_threshold,
+            config.policy.write_breaker_cool_down,
+        ))),
+    };
+    let mut running = build(&config, config_path, kept.clone())?;
 
     let (nudge_tx, mut nudge_rx) = mpsc::channel::<Nudge>(1);
     let webhook = config.webhook.as_ref().map(|w| {
@@ -236,6 +253,7 @@ pub async fn run(
                     .schedule
                     .next_delay(chrono::Utc::now(), rand::random::<f64>())
             });
+        let delay = until_probe(&kept.breaker).map_or(delay, |probe| delay.min(probe));
         trigger = tokio::select! {
             () = shutdown.cancelled() => break,
             nudge = nudge_rx.recv() => match nudge {
@@ -246,7 +264,7 @@ pub async fn run(
             Some(()) = reload.recv() => {
                 notify::reloading();
                 match AgentConfig::load(config_path) {
-                    Ok(config) => match build(&config, config_path, store.clone(), live.clone(), interrupt.clone(), metrics.clone()) {
+                    Ok(config) => match build(&config, config_path, kept.clone()) {
                         Ok(rebuilt) => {
                             tracing::info!("configuration reloaded");
                             running = rebuilt;
@@ -264,6 +282,16 @@ pub async fn run(
     let _ = server.await;
     interrupt_on_shutdown.abort();
     Ok(())
+}
+
+/// How long until an open write circuit breaker allows its probe: the loop looks again then
+/// rather than at the next scheduled poll, which may be hours away.
+fn until_probe(breaker: &Mutex<breaker::Breaker>) -> Option<Duration> {
+    breaker
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .open_until()
+        .map(|until| until.saturating_duration_since(std::time::Instant::now()))
 }
 
 /// Waits again for PVE tasks a previous run started and never saw finish, and records their

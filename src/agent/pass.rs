@@ -13,8 +13,10 @@ use proxops_core::repository::DesiredState;
 use proxops_core::resource::ResourceId;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::breaker::Breaker;
+use crate::agent::gate;
 use crate::agent::retry::Verdict;
-use crate::agent::status::{self, LastPass, LiveStatus};
+use crate::agent::status::{self, BreakerView, LastPass, LiveStatus};
 use crate::config::Mode;
 use crate::execute::{self, ApplyReport, Event, Outcome, Progress};
 use crate::http::metrics::Metrics;
@@ -46,10 +48,33 @@ pub struct PassDeps {
     pub interrupt: Arc<AtomicBool>,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// The write circuit breaker; it outlives configuration reloads.
+    pub breaker: Arc<Mutex<Breaker>>,
     /// Prune and restart policy. Prune candidates are the guests carrying the ownership tag
     /// (DESIGN.md §3), so guests the Go program created are recognised; the store's inventory
     /// records what this agent created and deleted.
     pub plan_options: PlanOptions,
+}
+
+impl PassDeps {
+    /// Publishes the breaker's state to the live status.
+    pub fn publish_breaker(&self) {
+        let breaker = self
+            .breaker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.live
+            .set_breaker(BreakerView::of(&breaker, std::time::Instant::now()));
+    }
+
+    /// Whether the breaker lets every write through.
+    fn writes_allowed(&self) -> bool {
+        !self
+            .breaker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_read_only()
+    }
 }
 
 fn with_store<T>(store: &SharedStore, f: impl FnOnce(&mut Store) -> T) -> T {
@@ -69,14 +94,21 @@ fn log_store_error<T>(result: Result<T, crate::store::StoreError>) -> Option<T> 
     }
 }
 
+/// A revision to work on and, when git could not be fetched, why: the revision is then the
+/// last good one and the desired state is stale.
+struct Fetched {
+    revision: Revision,
+    source_error: Option<String>,
+}
+
 /// Fetches the revision: the new one, or the last good one (marked stale) when git fails.
-async fn fetch(deps: &PassDeps) -> Result<Revision, String> {
+async fn fetch(deps: &PassDeps) -> Result<Fetched, String> {
     let source = deps.source.clone();
     let interrupt = deps.interrupt.clone();
     let fetched = tokio::task::spawn_blocking(move || source.fetch(&interrupt)).await;
     match fetched {
         Ok(Ok(revision)) => {
-            deps.live.set_source_error(None);
+            deps.live.set_source_error(None, false);
             if revision.force_pushed {
                 tracing::warn!(
                     commit = %revision.commit,
@@ -84,36 +116,106 @@ async fn fetch(deps: &PassDeps) -> Result<Revision, String> {
                     "branch was force-pushed; following it"
                 );
             }
-            Ok(revision)
+            Ok(Fetched {
+                revision,
+                source_error: None,
+            })
         }
         Ok(Err(error)) => {
             let text = error_text(&error);
-            tracing::warn!(error = %text, "git fetch failed");
-            deps.live.set_source_error(Some(text.clone()));
-            deps.source.last_good().ok_or(text)
+            let last_good = deps.source.last_good();
+            deps.live
+                .set_source_error(Some(text.clone()), last_good.is_some());
+            match last_good {
+                Some(revision) => {
+                    tracing::warn!(
+                        error = %text,
+                        commit = %revision.commit,
+                        "git fetch failed; the last good revision stays in force (desired state stale)"
+                    );
+                    Ok(Fetched {
+                        revision,
+                        source_error: Some(text),
+                    })
+                }
+                None => {
+                    tracing::warn!(error = %text, "git fetch failed and no revision was fetched before");
+                    Err(text)
+                }
+            }
         }
         Err(join) => Err(format!("git fetch task failed: {join}")),
     }
 }
 
+/// Records what the fetch found on the pass: a force-push, or the git error that made the
+/// desired state stale. A stale revision's own force-push was recorded when it was fetched.
+fn note_source(deps: &PassDeps, pass: PassId, fetched: &Fetched) {
+    let revision = &fetched.revision;
+    let stale = fetched.source_error.is_some();
+    let (previous, force_pushed) = if stale {
+        (None, false)
+    } else {
+        (revision.previous.as_deref(), revision.force_pushed)
+    };
+    if previous.is_none() && !force_pushed && !stale {
+        return;
+    }
+    with_store(&deps.store, |s| {
+        log_store_error(s.note_source(
+            pass,
+            previous,
+            force_pushed,
+            fetched.source_error.as_deref(),
+            stale,
+        ))
+    });
+}
+
+/// Ends a pass that failed before it could write anything, with the reason.
+fn fail_early(
+    deps: &PassDeps,
+    pass: PassId,
+    commit: Option<String>,
+    started: SystemTime,
+    counts: PassCounts,
+    reason: String,
+) -> Verdict {
+    with_store(&deps.store, |s| {
+        log_store_error(s.note_error(pass, &reason))
+    });
+    finish(deps, pass, PassOutcome::Failed, counts);
+    deps.live.finish(last_pass(
+        commit,
+        started,
+        "failed",
+        Vec::new(),
+        Some(reason),
+    ));
+    Verdict::Transient
+}
+
 /// Runs one pass and records it. Returns how the loop should carry on.
 pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationToken) -> Verdict {
     let started = SystemTime::now();
-    let revision = match fetch(deps).await {
-        Ok(revision) => revision,
+    let fetched = match fetch(deps).await {
+        Ok(fetched) => fetched,
         Err(error) => {
             let id = with_store(&deps.store, |s| {
                 log_store_error(s.begin_pass(&deps.node_label, None, trigger, started))
             });
             if let Some(id) = id {
-                finish(deps, id, PassOutcome::Failed, PassCounts::default());
+                with_store(&deps.store, |s| {
+                    log_store_error(s.note_source(id, None, false, Some(&error), false))
+                });
+                return fail_early(deps, id, None, started, PassCounts::default(), error);
             }
             deps.live
                 .finish(last_pass(None, started, "failed", Vec::new(), Some(error)));
             return Verdict::Transient;
         }
     };
-    let commit = revision.commit.clone();
+    let commit = fetched.revision.commit.clone();
     let span = tracing::info_span!("pass", revision = %short(&commit), trigger = trigger.as_str());
     let _entered = span.enter();
     let Some(pass) = with_store(&deps.store, |s| {
@@ -121,13 +223,17 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
     }) else {
         return Verdict::Transient;
     };
+    note_source(deps, pass, &fetched);
+    let stale = fetched.source_error.is_some();
+    let revision = fetched.revision;
 
     // An unresolvable cloud-init reference refuses the revision like a validation error.
-    let desired = match reconcile::desired_state(&revision.files, deps.cluster.as_deref())
-        .and_then(|mut desired| {
+    let desired = match reconcile::desired_state(&revision.files, deps.cluster.as_deref()).and_then(
+        |mut desired| {
             reconcile::resolve_secrets(&mut desired, &revision.files, &deps.context.secrets)
                 .map(|()| desired)
-        }) {
+        },
+    ) {
         Ok(desired) => desired,
         Err(error) => {
             if let ReconcileError::Invalid(diagnostics) = &error {
@@ -150,33 +256,53 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
     };
 
     let plan = reconcile::observe_and_plan_with(&deps.context, &desired, &deps.plan_options).await;
+    if let Some(reason) = &plan.aborted {
+        // Fail closed: without the guest listing nothing is written, and the findings of
+        // this pass say nothing about drift (recording them would resolve every open one).
+        let reason = format!("listing the cluster's guests failed: {reason}");
+        tracing::warn!(%reason, "pass aborted before any write");
+        let counts = PassCounts::from_report(&ApplyReport::default(), plan.findings.len());
+        return fail_early(deps, pass, Some(commit), started, counts, reason);
+    }
     record_findings(deps, &desired, &plan, &commit);
     let observe_failed = plan
         .findings
         .iter()
         .any(|f| f.kind == FindingKind::ObserveFailed);
 
-    let report = if deps.mode == Mode::Apply && plan.has_changes() {
-        let progress = recording_progress(
-            deps.store.clone(),
-            deps.metrics.clone(),
-            pass,
-            cancel.clone(),
-        );
-        Some(
-            execute::apply(
-                &deps.context.pve,
-                &desired,
-                &plan,
-                &deps.context.execute,
-                &progress,
-                cancel,
-            )
-            .await,
-        )
+    let gated = if deps.mode == Mode::Apply && plan.has_changes() {
+        let permit = gate::permit(deps);
+        with_store(&deps.store, |s| {
+            log_store_error(s.note_write_breaker(pass, permit.mark))
+        });
+        Some(gate::split(&plan, permit))
     } else {
         None
     };
+    let report = match &gated {
+        Some(gated) => {
+            let progress = recording_progress(deps, pass, cancel.clone());
+            let mut report = if gated.run.has_changes() {
+                execute::apply(
+                    &deps.context.pve,
+                    &desired,
+                    &gated.run,
+                    &deps.context.execute,
+                    &progress,
+                    cancel,
+                )
+                .await
+            } else {
+                ApplyReport::default()
+            };
+            report
+                .results
+                .extend(gate::hold_back(&gated.held, &progress));
+            Some(report)
+        }
+        None => None,
+    };
+    deps.publish_breaker();
 
     if let Some(report) = &report {
         record_inventory(deps, report);
@@ -201,6 +327,10 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
             PassCounts::from_report(&ApplyReport::default(), plan.findings.len()),
         ),
     };
+    let held_reason = gated.as_ref().and_then(|g| g.reason.clone());
+    if let Some(reason) = &held_reason {
+        with_store(&deps.store, |s| log_store_error(s.note_error(pass, reason)));
+    }
     finish(deps, pass, outcome, counts);
     let objects = status::objects(
         desired.cluster.as_deref(),
@@ -213,10 +343,16 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         started,
         outcome.as_str(),
         objects,
-        None,
+        held_reason,
     ));
-    tracing::info!(outcome = outcome.as_str(), "pass finished");
+    tracing::info!(outcome = outcome.as_str(), stale, "pass finished");
     match outcome {
+        // The probe write succeeded: the writes it held back are due now.
+        PassOutcome::Failed
+            if gated.as_ref().is_some_and(|g| g.probed) && deps.writes_allowed() =>
+        {
+            Verdict::Again
+        }
         PassOutcome::Applied | PassOutcome::NoChange if observe_failed => Verdict::Transient,
         PassOutcome::Applied | PassOutcome::NoChange | PassOutcome::Interrupted => Verdict::Ok,
         PassOutcome::Failed | PassOutcome::Invalid => Verdict::Stalled,
@@ -302,13 +438,13 @@ fn placements(
 type ActionIds = BTreeMap<(ResourceId, String, String), (ActionId, std::time::Instant)>;
 
 /// A progress sink that writes each action's start, task and result to the store as they
-/// happen; the UPID is stored before the wait begins.
-fn recording_progress(
-    store: SharedStore,
-    metrics: Arc<Metrics>,
-    pass: PassId,
-    cancel: CancellationToken,
-) -> Progress {
+/// happen (the UPID is stored before the wait begins), and counts each write's result for
+/// the write circuit breaker.
+fn recording_progress(deps: &PassDeps, pass: PassId, cancel: CancellationToken) -> Progress {
+    let store = deps.store.clone();
+    let metrics = deps.metrics.clone();
+    let breaker = deps.breaker.clone();
+    let live = deps.live.clone();
     let ids: Arc<Mutex<ActionIds>> = Arc::default();
     let key = |a: &Action| (a.resource.clone(), a.node.clone(), a.verb.name().to_owned());
     Arc::new(move |event: &Event| {
@@ -338,6 +474,27 @@ fn recording_progress(
                     && matches!(&result.outcome, Outcome::Failed { upid: Some(_), .. })
                 {
                     return;
+                }
+                let succeeded = match &result.outcome {
+                    Outcome::Succeeded { .. } => Some(true),
+                    // A write cut short by shutdown says nothing about PVE.
+                    Outcome::Failed { .. } if !cancel.is_cancelled() => Some(false),
+                    Outcome::Failed { .. } | Outcome::Skipped { .. } => None,
+                };
+                if let Some(succeeded) = succeeded {
+                    let mut breaker = breaker
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let at = std::time::Instant::now();
+                    let was_open = breaker.open_until().is_some();
+                    breaker.record(succeeded, at);
+                    if !was_open && breaker.open_until().is_some() {
+                        tracing::error!(
+                            failures = breaker.consecutive_failures(),
+                            "write circuit breaker opened: the agent is read-only until its cool-down ends"
+                        );
+                    }
+                    live.set_breaker(BreakerView::of(&breaker, at));
                 }
                 let started = ids.get(&key(&result.action)).copied();
                 let seconds = started.map_or(0.0, |(_, at)| at.elapsed().as_secs_f64());

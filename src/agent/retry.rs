@@ -19,6 +19,9 @@ pub enum Verdict {
     /// Invalid manifests, auth refused, an action failed for a config reason: no hot loop;
     /// wait for a new commit (webhook) or the next scheduled poll.
     Stalled,
+    /// A probe write closed the write circuit breaker: the writes it held back are due, so
+    /// the next pass starts at once.
+    Again,
 }
 
 /// Exponential backoff with jitter, reset by a success.
@@ -35,6 +38,10 @@ impl Backoff {
             Verdict::Ok | Verdict::Stalled => {
                 self.failures = 0;
                 None
+            }
+            Verdict::Again => {
+                self.failures = 0;
+                Some(Duration::ZERO)
             }
             Verdict::Transient => {
                 let exponent = self.failures.min(16);
@@ -80,6 +87,14 @@ mod tests {
     fn a_stalled_pass_waits_for_the_schedule_instead_of_retrying() {
         let mut backoff = Backoff::default();
         assert_eq!(backoff.after(Verdict::Stalled, 0.5), None);
+    }
+
+    #[test]
+    fn a_closed_breaker_runs_the_held_back_writes_at_once() {
+        let mut backoff = Backoff::default();
+        backoff.after(Verdict::Transient, 0.0);
+        assert_eq!(backoff.after(Verdict::Again, 0.9), Some(Duration::ZERO));
+        assert_eq!(backoff.failures(), 0);
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! last error. Durable history lives in the store; this is only the live view.
 
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use proxops_core::plan::{FindingKind, Plan};
 use proxops_core::resource::ResourceId;
 use serde::Serialize;
 
+use crate::agent::breaker::Breaker;
+use crate::agent::pass::rfc3339;
 use crate::execute::{ApplyReport, Outcome};
 
 /// Live state shared between the loop and the HTTP handlers.
@@ -25,6 +27,45 @@ struct Inner {
     desired_stale: bool,
     last_error: Option<String>,
     passes_completed: u64,
+    breaker: BreakerView,
+}
+
+/// The write circuit breaker as reported on `/status`, `/api/v1/status` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct BreakerView {
+    /// `closed`, `open` or `half-open`.
+    pub state: String,
+    /// Open or half-open: writes are held back (the Go program's `read_only`).
+    pub read_only: bool,
+    /// Consecutive failed writes counted while closed.
+    pub consecutive_failures: u32,
+    /// RFC 3339: when an open breaker allows a probe write.
+    pub open_until: Option<String>,
+}
+
+impl Default for BreakerView {
+    fn default() -> Self {
+        Self {
+            state: "closed".to_owned(),
+            read_only: false,
+            consecutive_failures: 0,
+            open_until: None,
+        }
+    }
+}
+
+impl BreakerView {
+    /// The view of `breaker` at `now`.
+    pub fn of(breaker: &Breaker, now: Instant) -> Self {
+        Self {
+            state: breaker.mark().as_str().to_owned(),
+            read_only: breaker.is_read_only(),
+            consecutive_failures: breaker.consecutive_failures(),
+            open_until: breaker
+                .open_until()
+                .map(|until| rfc3339(SystemTime::now() + until.saturating_duration_since(now))),
+        }
+    }
 }
 
 /// The last finished pass, summarised for `/status`.
@@ -89,10 +130,11 @@ impl LiveStatus {
         inner.passes_completed += 1;
     }
 
-    /// Marks the desired state stale (git could not be fetched) or fresh, with the error.
-    pub fn set_source_error(&self, error: Option<String>) {
+    /// Records the last git error (`None` after a good fetch) and whether the desired state
+    /// in force is the last good revision because of it (stale).
+    pub fn set_source_error(&self, error: Option<String>, stale: bool) {
         let mut inner = self.lock();
-        inner.desired_stale = error.is_some();
+        inner.desired_stale = stale;
         inner.last_error = error;
     }
 
@@ -109,6 +151,16 @@ impl LiveStatus {
     /// The last source error.
     pub fn last_error(&self) -> Option<String> {
         self.lock().last_error.clone()
+    }
+
+    /// Publishes the write circuit breaker's state.
+    pub fn set_breaker(&self, view: BreakerView) {
+        self.lock().breaker = view;
+    }
+
+    /// The write circuit breaker's state.
+    pub fn breaker(&self) -> BreakerView {
+        self.lock().breaker.clone()
     }
 
     /// Whether at least one pass has finished (readiness).

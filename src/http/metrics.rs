@@ -49,6 +49,8 @@ pub struct Metrics {
     last_applied: Family<NodeLabel, Gauge>,
     drift_open: Gauge,
     desired_stale: Gauge,
+    read_only: Gauge,
+    write_failures: Gauge,
     pve_requests: Counter,
     pve_writes: Counter,
     webhooks: Family<ResultLabel, Counter>,
@@ -100,6 +102,18 @@ impl Default for Metrics {
             "1 when git could not be fetched and the last good revision is in force",
             desired_stale.clone(),
         );
+        let read_only = Gauge::default();
+        registry.register(
+            "read_only",
+            "1 while the write circuit breaker holds writes back (open or half-open)",
+            read_only.clone(),
+        );
+        let write_failures = Gauge::default();
+        registry.register(
+            "write_breaker_consecutive_failures",
+            "Consecutive failed PVE writes counted by the write circuit breaker",
+            write_failures.clone(),
+        );
         let pve_requests = Counter::default();
         registry.register(
             "pve_requests",
@@ -126,6 +140,8 @@ impl Default for Metrics {
             last_applied,
             drift_open,
             desired_stale,
+            read_only,
+            write_failures,
             pve_requests,
             pve_writes,
             webhooks,
@@ -170,6 +186,8 @@ impl Metrics {
         }
         self.drift_open.set(scraped.drift_open);
         self.desired_stale.set(i64::from(scraped.desired_stale));
+        self.read_only.set(i64::from(scraped.read_only));
+        self.write_failures.set(scraped.write_failures);
         let delta =
             |seen: &AtomicU64, now: u64| now.saturating_sub(seen.swap(now, Ordering::SeqCst));
         self.pve_requests
@@ -213,6 +231,10 @@ pub struct Scraped {
     pub drift_open: i64,
     /// Git fetch failing.
     pub desired_stale: bool,
+    /// The write circuit breaker holds writes back.
+    pub read_only: bool,
+    /// Consecutive failed writes the breaker counted.
+    pub write_failures: i64,
     /// The PVE client's request counter.
     pub pve_requests: u64,
     /// The PVE client's write counter.
@@ -233,6 +255,9 @@ mod tests {
         metrics.set_scraped(&Scraped {
             last_applied: vec![("pve1".into(), 1_700_000_000)],
             drift_open: 2,
+            desired_stale: true,
+            read_only: true,
+            write_failures: 20,
             pve_requests: 10,
             ..Scraped::default()
         });
@@ -245,6 +270,9 @@ mod tests {
         assert!(text.contains("proxops_last_applied_timestamp_seconds{node=\"pve1\"} 1700000000"));
         assert!(text.contains("proxops_drift_findings_open 2"));
         assert!(text.contains("proxops_pve_requests_total 10"));
+        assert!(text.contains("proxops_desired_stale 1"), "{text}");
+        assert!(text.contains("proxops_read_only 1"), "{text}");
+        assert!(text.contains("proxops_write_breaker_consecutive_failures 20"));
     }
 
     #[test]

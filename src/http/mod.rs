@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::agent::pass::{SharedStore, rfc3339};
-use crate::agent::status::LiveStatus;
+use crate::agent::status::{BreakerView, LiveStatus};
 use crate::store::{DriftRecord, PassSummary};
 use crate::webhook::{WebhookMetrics, WebhookState};
 use metrics::{Metrics, Scraped};
@@ -84,6 +84,24 @@ pub struct PassJson {
     pub actions_skipped: u32,
     /// Findings.
     pub findings: u32,
+    /// The commit the branch pointed to before this pass's fetch.
+    #[serde(default)]
+    pub previous_commit: Option<String>,
+    /// The branch was force-pushed: `commit` does not descend from `previous_commit`.
+    #[serde(default)]
+    pub force_pushed: bool,
+    /// Git could not be fetched; the pass used the last good revision.
+    #[serde(default)]
+    pub desired_stale: bool,
+    /// Why git could not be fetched.
+    #[serde(default)]
+    pub source_error: Option<String>,
+    /// Why the pass failed or held writes back.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The write circuit breaker when the pass was about to write.
+    #[serde(default)]
+    pub write_breaker: Option<String>,
 }
 
 impl From<&PassSummary> for PassJson {
@@ -100,6 +118,12 @@ impl From<&PassSummary> for PassJson {
             actions_failed: p.counts.actions_failed,
             actions_skipped: p.counts.actions_skipped,
             findings: p.counts.findings,
+            previous_commit: p.notes.previous_commit.clone(),
+            force_pushed: p.notes.force_pushed,
+            desired_stale: p.notes.desired_stale,
+            source_error: p.notes.source_error.clone(),
+            error: p.notes.error.clone(),
+            write_breaker: p.notes.write_breaker.map(|b| b.as_str().to_owned()),
         }
     }
 }
@@ -169,6 +193,15 @@ pub struct StatusJson {
     pub last_attempted: Option<PassJson>,
     /// Open drift findings.
     pub open_findings: usize,
+    /// The write circuit breaker holds writes back (open or half-open).
+    #[serde(default)]
+    pub read_only: bool,
+    /// The write circuit breaker (live; from the last pass when read from the database).
+    #[serde(default)]
+    pub write_breaker: Option<BreakerView>,
+    /// The last pass that found the branch force-pushed.
+    #[serde(default)]
+    pub last_force_push: Option<PassJson>,
 }
 
 /// `/api/v1/drift`.
@@ -211,14 +244,30 @@ pub fn status_from_store(
     store: &crate::store::Store,
     node: &str,
 ) -> Result<StatusJson, crate::store::StoreError> {
+    let last_attempted = store.last_attempted(node)?;
+    // Without a running agent, the last pass's notes are the best account of staleness and
+    // of the breaker (its cool-down is not persisted: a restarted agent starts closed).
+    let notes = last_attempted.as_ref().map(|p| p.notes.clone());
+    let breaker = notes
+        .as_ref()
+        .and_then(|n| n.write_breaker)
+        .map(|mark| BreakerView {
+            state: mark.as_str().to_owned(),
+            read_only: mark != crate::store::BreakerMark::Closed,
+            consecutive_failures: 0,
+            open_until: None,
+        });
     Ok(StatusJson {
         node: node.to_owned(),
         process_start: None,
-        desired_stale: false,
-        last_error: None,
+        desired_stale: notes.as_ref().is_some_and(|n| n.desired_stale),
+        last_error: notes.and_then(|n| n.source_error),
         last_applied: store.last_applied(node)?.as_ref().map(PassJson::from),
-        last_attempted: store.last_attempted(node)?.as_ref().map(PassJson::from),
+        last_attempted: last_attempted.as_ref().map(PassJson::from),
         open_findings: store.open_findings(None)?.len(),
+        read_only: breaker.as_ref().is_some_and(|b| b.read_only),
+        write_breaker: breaker,
+        last_force_push: store.last_force_pushed(node)?.as_ref().map(PassJson::from),
     })
 }
 
@@ -268,6 +317,7 @@ async fn metrics_text(State(state): State<HttpState>) -> Response {
         Err(response) => return response,
     };
     let webhooks = state.webhook_metrics.as_ref().map(|m| m.snapshot());
+    let breaker = state.live.breaker();
     let scraped = Scraped {
         last_applied: last
             .and_then(|p| p.ended_at)
@@ -281,6 +331,8 @@ async fn metrics_text(State(state): State<HttpState>) -> Response {
             .unwrap_or_default(),
         drift_open: i64::try_from(open).unwrap_or(i64::MAX),
         desired_stale: state.live.desired_stale(),
+        read_only: breaker.read_only,
+        write_failures: i64::from(breaker.consecutive_failures),
         pve_requests: state.pve.requests_sent(),
         pve_writes: state.pve.writes_sent(),
         webhooks: [
@@ -319,7 +371,8 @@ async fn go_status(State(state): State<HttpState>) -> Json<serde_json::Value> {
             "skipped": count("skipped"),
             "anomalies": count("anomalous"),
             "desired_stale": state.live.desired_stale(),
-            "read_only": false,
+            "read_only": state.live.breaker().read_only,
+            "write_breaker": state.live.breaker(),
             "aborted": l.abort_reason.is_some(),
             "abort_reason": l.abort_reason,
             "outcome": l.outcome,
@@ -339,6 +392,9 @@ async fn api_status(State(state): State<HttpState>) -> Response {
             status.process_start = Some(rfc3339(state.live.process_start));
             status.desired_stale = state.live.desired_stale();
             status.last_error = state.live.last_error();
+            let breaker = state.live.breaker();
+            status.read_only = breaker.read_only;
+            status.write_breaker = Some(breaker);
             Json(status).into_response()
         }
         Err(response) => response,

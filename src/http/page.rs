@@ -27,6 +27,17 @@ pub(super) async fn status_page(State(state): State<HttpState>) -> Response {
     if state.live.desired_stale() {
         html.push_str(" — <b>desired state is stale</b>: git could not be fetched");
     }
+    let breaker = state.live.breaker();
+    if breaker.read_only {
+        html.push_str(&format!(
+            " — <b>read-only</b>: write circuit breaker {}{}",
+            escape(&breaker.state),
+            breaker
+                .open_until
+                .map(|t| format!(" until {}", escape(&t)))
+                .unwrap_or_default()
+        ));
+    }
     html.push_str(&format!("<!-- rendered at {} --></p>", now_secs()));
     match state.live.last() {
         Some(last) => {

@@ -16,7 +16,7 @@ use rusqlite::Connection;
 use super::{Result, StoreError};
 
 /// Every migration, oldest first.
-pub const MIGRATIONS: &[&str] = &[V1_INITIAL];
+pub const MIGRATIONS: &[&str] = &[V1_INITIAL, V2_PASS_NOTES];
 
 /// Version 1: passes, actions, drift findings, inventory.
 const V1_INITIAL: &str = r"
@@ -93,6 +93,19 @@ CREATE TABLE inventory (
     resource_name TEXT    NOT NULL,
     PRIMARY KEY (node, vmid)
 ) STRICT;
+";
+
+/// Version 2: what a pass noticed about its source and its writes (guard rails): the commit
+/// the branch pointed to before, whether it was force-pushed, whether the desired state was
+/// the last good one because git failed (and why), why the pass failed, and the write
+/// circuit breaker's state when the pass started.
+const V2_PASS_NOTES: &str = r"
+ALTER TABLE passes ADD COLUMN previous_revision TEXT;
+ALTER TABLE passes ADD COLUMN force_pushed INTEGER NOT NULL DEFAULT 0 CHECK (force_pushed IN (0, 1));
+ALTER TABLE passes ADD COLUMN desired_stale INTEGER NOT NULL DEFAULT 0 CHECK (desired_stale IN (0, 1));
+ALTER TABLE passes ADD COLUMN source_error TEXT;
+ALTER TABLE passes ADD COLUMN error TEXT;
+ALTER TABLE passes ADD COLUMN write_breaker TEXT CHECK (write_breaker IN ('closed', 'open', 'half-open'));
 ";
 
 /// The schema version this binary writes.
@@ -177,6 +190,30 @@ mod tests {
             })
             .unwrap();
         assert_eq!(note, "old");
+    }
+
+    #[test]
+    fn a_version_1_database_gets_the_pass_notes_and_its_passes_read_as_nothing_noticed() {
+        let (_dir, path) = db_path();
+        let id = {
+            let mut store = Store::open_with(&path, &[V1_INITIAL]).unwrap();
+            store
+                .begin_pass(
+                    "pve1",
+                    Some("aaa"),
+                    crate::store::Trigger::Poll,
+                    std::time::SystemTime::now(),
+                )
+                .unwrap()
+        };
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        let old = store.pass(id).unwrap().unwrap();
+        assert_eq!(old.notes, crate::store::PassNotes::default());
+        store
+            .note_source(id, Some("000"), true, None, false)
+            .unwrap();
+        assert!(store.pass(id).unwrap().unwrap().notes.force_pushed);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod actions;
 pub mod drift;
 pub mod inventory;
 pub mod migrations;
+pub mod pass_notes;
 pub mod passes;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use rusqlite::{Connection, OpenFlags};
 pub use actions::{ActionId, ActionOutcome, ActionRecord, RunningTask};
 pub use drift::{DriftRecord, DriftUpdate, Resolution};
 pub use inventory::OwnedGuest;
+pub use pass_notes::{BreakerMark, PassNotes};
 pub use passes::{PassCounts, PassId, PassOutcome, PassSummary, Trigger};
 
 /// The node name a cluster-wide agent records its passes under.

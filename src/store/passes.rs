@@ -13,6 +13,7 @@ use std::time::SystemTime;
 use proxops_core::diagnostic::Diagnostic;
 use rusqlite::{OptionalExtension, Row, params};
 
+use super::pass_notes::{BreakerMark, PassNotes, raw_notes};
 use super::{ALL_NODES, Result, Store, from_millis, redact, to_millis};
 use crate::execute::ApplyReport;
 
@@ -175,20 +176,25 @@ pub struct PassSummary {
     pub outcome: Option<PassOutcome>,
     /// What it did.
     pub counts: PassCounts,
+    /// What it noticed: force-push, stale desired state, why it failed, the write breaker.
+    pub notes: PassNotes,
 }
 
 const PASS_COLUMNS: &str = "id, node, revision, trigger_kind, started_at, ended_at, outcome, \
-     actions_ok, actions_failed, actions_skipped, findings";
+     actions_ok, actions_failed, actions_skipped, findings, previous_revision, force_pushed, \
+     desired_stale, source_error, error, write_breaker";
 
 /// A pass row as read, before its names are parsed.
 struct RawPass {
     summary: PassSummary,
     trigger: String,
     outcome: Option<String>,
+    write_breaker: Option<String>,
 }
 
 fn raw_pass(row: &Row<'_>) -> rusqlite::Result<RawPass> {
     let count = |i| row.get::<_, u32>(i);
+    let (notes, write_breaker) = raw_notes(row, 11)?;
     Ok(RawPass {
         summary: PassSummary {
             id: PassId(row.get(0)?),
@@ -204,9 +210,11 @@ fn raw_pass(row: &Row<'_>) -> rusqlite::Result<RawPass> {
                 actions_skipped: count(9)?,
                 findings: count(10)?,
             },
+            notes,
         },
         trigger: row.get(3)?,
         outcome: row.get(6)?,
+        write_breaker,
     })
 }
 
@@ -363,6 +371,24 @@ impl Store {
             .pop())
     }
 
+    /// The latest pass on `node` whose fetch found the branch force-pushed.
+    ///
+    /// # Errors
+    /// When the query fails.
+    pub fn last_force_pushed(&self, node: &str) -> Result<Option<PassSummary>> {
+        let sql = format!(
+            "SELECT {PASS_COLUMNS} FROM passes WHERE node IN (?1, ?2) AND force_pushed = 1 \
+             ORDER BY id DESC LIMIT 1"
+        );
+        Ok(self
+            .query_passes(
+                "reading the last force-pushed pass",
+                &sql,
+                params![node, ALL_NODES],
+            )?
+            .pop())
+    }
+
     /// The latest `limit` passes, newest first, on `node` or on every node.
     ///
     /// # Errors
@@ -451,6 +477,13 @@ impl Store {
                     .outcome
                     .map(|o| {
                         o.parse()
+                            .map_err(|value: String| self.corrupt(operation, value))
+                    })
+                    .transpose()?;
+                summary.notes.write_breaker = raw
+                    .write_breaker
+                    .map(|b| {
+                        b.parse::<BreakerMark>()
                             .map_err(|value: String| self.corrupt(operation, value))
                     })
                     .transpose()?;

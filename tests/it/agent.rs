@@ -13,13 +13,14 @@ use crate::sim::{World, artifact};
 const SECRET: &str = "webhook-secret-for-tests";
 const ISO: &[u8] = b"installer bytes";
 
-struct Agent {
+pub(crate) struct Agent {
     child: Child,
-    config: std::path::PathBuf,
-    listen: String,
-    http: reqwest::Client,
-    _daemon: GitDaemon,
-    log: std::path::PathBuf,
+    pub(crate) config: std::path::PathBuf,
+    pub(crate) listen: String,
+    pub(crate) http: reqwest::Client,
+    /// The git server; `None` once a test stopped it.
+    pub(crate) daemon: Option<GitDaemon>,
+    pub(crate) log: std::path::PathBuf,
 }
 
 impl Agent {
@@ -33,7 +34,23 @@ impl Agent {
     }
 
     /// As [`Agent::start_on`], polling every `poll`.
-    async fn start_polling(world: &World, repo: &TestRepo, node: &str, poll: &str) -> Agent {
+    pub(crate) async fn start_polling(
+        world: &World,
+        repo: &TestRepo,
+        node: &str,
+        poll: &str,
+    ) -> Agent {
+        Agent::start_with_policy(world, repo, node, poll, "").await
+    }
+
+    /// As [`Agent::start_polling`], with `policy` (TOML lines) added under `[policy]`.
+    pub(crate) async fn start_with_policy(
+        world: &World,
+        repo: &TestRepo,
+        node: &str,
+        poll: &str,
+        policy: &str,
+    ) -> Agent {
         let daemon = repo.serve();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -50,7 +67,7 @@ impl Agent {
              [webhook]\nsecret_file = \"hook-secret\"\n\
              [http]\nlisten = \"{listen}\"\n\
              [pve]\nurl = \"{pve}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{fp}\"\n\
-             [policy]\ntask_timeout = \"30s\"\n",
+             [policy]\ntask_timeout = \"30s\"\n{policy}",
             state = dir.join(format!("state-{node}")).display(),
             url = daemon.url("origin.git"),
             pve = base.trim_end_matches("/api2/json"),
@@ -66,7 +83,7 @@ impl Agent {
             config,
             listen,
             http: reqwest::Client::new(),
-            _daemon: daemon,
+            daemon: Some(daemon),
             log,
         };
         agent.wait_for(|s| s["last_attempted"].is_object()).await;
@@ -85,7 +102,7 @@ impl Agent {
     }
 
     /// `proxops <command> --json --config <agent config>` (reads the DB when no agent runs).
-    fn cli_json(&self, command: &str) -> serde_json::Value {
+    pub(crate) fn cli_json(&self, command: &str) -> serde_json::Value {
         let out = Command::new(env!("CARGO_BIN_EXE_proxops"))
             .args([command, "--json", "--config"])
             .arg(&self.config)
@@ -99,7 +116,7 @@ impl Agent {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    async fn get(&self, path: &str) -> serde_json::Value {
+    pub(crate) async fn get(&self, path: &str) -> serde_json::Value {
         let url = format!("http://{}{path}", self.listen);
         self.http
             .get(url)
@@ -112,7 +129,10 @@ impl Agent {
     }
 
     /// Polls /api/v1/status until `done` holds (at most 20 s).
-    async fn wait_for(&self, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub(crate) async fn wait_for(
+        &self,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let url = format!("http://{}/api/v1/status", self.listen);
@@ -149,7 +169,12 @@ impl Agent {
         request.send().await.unwrap().status().as_u16()
     }
 
-    fn terminate(&mut self) -> std::process::ExitStatus {
+    /// The process id, for signals.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
         Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -201,7 +226,7 @@ fn push_body(branch: &str) -> String {
     )
 }
 
-fn commit_of(status: &serde_json::Value, which: &str) -> Option<String> {
+pub(crate) fn commit_of(status: &serde_json::Value, which: &str) -> Option<String> {
     status[which]["commit"].as_str().map(str::to_owned)
 }
 

@@ -1,12 +1,14 @@
 //! `proxops check` against the simulator: version, node, storages with content types, bridges
-//! (skipped: the simulator does not serve `/nodes/{n}/network`), and privileges.
-//!
-//! The simulator gives every token every privilege, so the end-to-end path here is the
-//! all-granted case; "a token lacking `Datastore.AllocateTemplate`" is tested in
-//! `src/check.rs` on a recorded `/access/permissions` answer.
+//! and privileges. The default simulator token (`root@pam!proxops`) holds every privilege;
+//! the least-privilege tests seed the user, token, roles and ACL entries that the `pveum`
+//! commands of docs/operations.md create, so the documented set is what is tested.
+
+use std::time::Duration;
+
+use proxops_pve_sim::{AclSeed, RoleSeed, Seed, SimConfig, TokenSeed, UserSeed};
 
 use crate::sim::{World, artifact};
-use crate::support::{stderr, stdout};
+use crate::support::{repo_root, stderr, stdout};
 
 const VM: &str = "apiVersion: proxops/v1alpha1
 kind: VM
@@ -64,7 +66,7 @@ async fn a_repository_the_cluster_can_serve_passes_and_nothing_is_written() {
         "{text}"
     );
     assert!(
-        text.contains("[skipped] bridge vmbr0 on pve1: not checked"),
+        text.contains("[ok     ] bridge vmbr0 on pve1: exists"),
         "{text}"
     );
     assert!(
@@ -155,4 +157,284 @@ async fn a_node_the_cluster_does_not_have_is_a_problem() {
         text.contains("[PROBLEM] node pve9: no such node (the cluster has pve1, pve2, pve3)"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bridge_the_node_does_not_have_is_a_problem() {
+    let world = World::start(&[]).await;
+    world.write("vm/web.yaml", Some(&VM.replace("vmbr0", "vmbr7")));
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains("[PROBLEM] bridge vmbr7 on pve1: no bridge `vmbr7` on pve1 (used by VM/web)"),
+        "{text}"
+    );
+    assert!(text.contains("fix: create it on pve1"), "{text}");
+    assert!(world.writes().is_empty(), "check never writes");
+}
+
+/// The `pveum` commands of docs/operations.md section 1, each as its words (shell quoting
+/// and `\` line continuations resolved; comments dropped).
+fn documented_pveum_commands() -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(repo_root().join("docs/operations.md")).unwrap();
+    let section = doc
+        .split("## 1. A least-privilege API token")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh").nth(1))
+        .and_then(|block| block.split("```").next())
+        .expect("docs/operations.md section 1 has a sh block");
+    let joined = section.replace("\\\n", " ");
+    joined
+        .lines()
+        .map(|line| line.split(" #").next().unwrap_or(line).trim())
+        .filter(|line| line.starts_with("pveum "))
+        .map(shell_words)
+        .collect()
+}
+
+/// Splits a shell line into words: single and double quotes group, `$(...)` stays one word.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quote: Option<char> = None;
+    let mut in_word = false;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
+fn flag<'a>(words: &'a [String], name: &str) -> Option<&'a str> {
+    words
+        .iter()
+        .position(|w| w == name)
+        .and_then(|i| words.get(i + 1))
+        .map(String::as_str)
+}
+
+/// The simulator seed those commands produce (token secret `proxops-dev-secret`), with
+/// `without` removed from every role.
+fn documented_seed(without: Option<&str>) -> (Seed, String) {
+    let mut seed = Seed::default();
+    let mut token_id = String::new();
+    for words in documented_pveum_commands() {
+        let args: Vec<&str> = words.iter().map(String::as_str).collect();
+        match args.as_slice() {
+            ["pveum", "user", "add", userid, ..] => seed.users.push(UserSeed {
+                userid: (*userid).to_owned(),
+                password: None,
+                tokens: Vec::new(),
+            }),
+            ["pveum", "user", "token", "add", userid, id, ..] => {
+                let user = seed
+                    .users
+                    .iter_mut()
+                    .find(|u| u.userid == *userid)
+                    .expect("the token's user is added first");
+                user.tokens.push(TokenSeed {
+                    id: (*id).to_owned(),
+                    secret: "proxops-dev-secret".to_owned(),
+                    privsep: flag(&words, "--privsep") != Some("0"),
+                });
+                token_id = format!("{userid}!{id}");
+            }
+            ["pveum", "role", "add", roleid, ..] => seed.roles.push(RoleSeed {
+                roleid: (*roleid).to_owned(),
+                privs: flag(&words, "--privs")
+                    .expect("a role has --privs")
+                    .split_whitespace()
+                    .filter(|p| Some(*p) != without)
+                    .map(str::to_owned)
+                    .collect(),
+            }),
+            ["pveum", "acl", "modify", path, ..] => {
+                let (kind, ugid) = match (flag(&words, "--users"), flag(&words, "--tokens")) {
+                    (Some(u), _) => ("user", u),
+                    (None, Some(t)) => ("token", t),
+                    _ => panic!("acl modify without --users or --tokens: {words:?}"),
+                };
+                for roleid in flag(&words, "--roles").unwrap().split(',') {
+                    seed.acl.push(AclSeed {
+                        path: (*path).to_owned(),
+                        roleid: roleid.to_owned(),
+                        kind: kind.to_owned(),
+                        ugid: ugid.to_owned(),
+                        propagate: true,
+                    });
+                }
+            }
+            other => panic!("a pveum command the test does not model: {other:?}"),
+        }
+    }
+    assert!(!token_id.is_empty(), "the doc creates a token");
+    seed.check().unwrap();
+    (seed, token_id)
+}
+
+/// A world whose simulator is seeded with the documented token (minus `without`), and whose
+/// agent.toml uses that token.
+async fn least_privilege_world(files: &[(&str, &[u8])], without: Option<&str>) -> (World, String) {
+    let mut world = World::start(files).await;
+    let (seed, token_id) = documented_seed(without);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim = proxops_pve_sim::start(
+        SimConfig {
+            seed,
+            task_duration: Duration::from_millis(50),
+            ..SimConfig::default()
+        },
+        listener,
+    )
+    .await
+    .unwrap();
+    std::mem::replace(&mut world.sim, sim).shutdown().await;
+    let url = world.sim.base_url();
+    let url = url.trim_end_matches("/api2/json");
+    let fingerprint = world.sim.fingerprint().unwrap();
+    std::fs::write(
+        world.dir.path().join("agent.toml"),
+        format!(
+            "node = \"pve1\"\n[pve]\nurl = \"{url}\"\ntoken_id = \"{token_id}\"\n\
+             token_secret_file = \"token\"\nfingerprint = \"{fingerprint}\"\n\
+             [policy]\ntask_timeout = \"30s\"\n"
+        ),
+    )
+    .unwrap();
+    (world, token_id)
+}
+
+/// An ISO to download and a VM that boots it (so it depends on the download).
+fn write_iso_and_installer(world: &World) {
+    let url = format!("{}/netinst.iso", world.files_url);
+    world.write(
+        "iso/netinst.yaml",
+        Some(&artifact(
+            "ISO",
+            "netinst",
+            &["pve1"],
+            "netinst.iso",
+            &url,
+            None,
+        )),
+    );
+    world.write(
+        "vm/web.yaml",
+        Some(&format!(
+            "{VM}  hardware:\n    cdrom:\n      iso: netinst\n"
+        )),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_lacking_allocate_template_is_told_the_privilege_and_path_and_apply_stops_at_the_403()
+ {
+    let (world, token_id) = least_privilege_world(
+        &[("netinst.iso", b"an installer".as_slice())],
+        Some("Datastore.AllocateTemplate"),
+    )
+    .await;
+    assert_eq!(token_id, "proxops@pve!agent");
+    write_iso_and_installer(&world);
+
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(
+            "[PROBLEM] privilege Datastore.AllocateTemplate on /storage/local: proxops@pve!agent \
+             lacks Datastore.AllocateTemplate on /storage/local (needed for download \
+             ISO/netinst on pve1)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: pveum acl modify /storage/local --tokens 'proxops@pve!agent'"),
+        "{text}"
+    );
+    assert!(text.ends_with("1 problem found\n"), "{text}");
+    assert!(world.writes().is_empty(), "check never writes");
+
+    // apply: PVE refuses the download with its 403; the VM that boots the ISO is skipped,
+    // so the only write is the refused download.
+    let out = world.proxops(&["apply", "--yes"]).await;
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert_ne!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("Permission check failed (/storage/local, Datastore.AllocateTemplate)"),
+        "{all}"
+    );
+    let writes = world.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(
+        writes[0].endpoint,
+        "/nodes/{node}/storage/{storage}/download-url"
+    );
+    assert_eq!(writes[0].status, 403);
+    assert!(world.listing("pve1", "local", "iso").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documented_least_privilege_token_passes_check_and_applies() {
+    let (world, token_id) =
+        least_privilege_world(&[("netinst.iso", b"an installer".as_slice())], None).await;
+    write_iso_and_installer(&world);
+
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "[ok     ] privilege {token_id}: holds every privilege"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("[ok     ] bridge vmbr0 on pve1: exists"),
+        "{text}"
+    );
+
+    let out = world.proxops(&["apply", "--yes"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        world.writes().iter().all(|w| w.status == 200),
+        "{:?}",
+        world.writes()
+    );
+    assert_eq!(
+        world.listing("pve1", "local", "iso").await,
+        vec!["local:iso/netinst.iso".to_owned()]
+    );
+    let created = world
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.endpoint == "/nodes/{node}/qemu")
+        .count();
+    assert_eq!(created, 1);
 }

@@ -12,6 +12,7 @@ mod check;
 mod cli_validate;
 mod demo;
 mod git_server;
+mod guard_rails;
 mod guests;
 mod hostile;
 mod migrate;
