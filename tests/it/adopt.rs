@@ -448,3 +448,92 @@ async fn an_adopted_cluster_validates_plans_only_the_ownership_tag_and_converges
     assert!(stdout(&again).contains("no changes"), "{}", stdout(&again));
     crate::sim::assert_all_requests_valid(&world);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn adopt_reads_only_the_agents_node_and_needs_a_cluster_name() {
+    let world = World::start(&[("netinst.iso", ISO)]).await;
+    let api = Api::new(&world);
+    for node in ["pve1", "pve2"] {
+        api.download(&world, node, "iso", "netinst.iso").await;
+    }
+    for (node, vmid, name) in [("pve1", "110", "here"), ("pve2", "111", "there")] {
+        api.post_and_wait(
+            node,
+            &format!("/nodes/{node}/qemu"),
+            &[
+                ("vmid", vmid),
+                ("name", name),
+                ("memory", "512"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:1"),
+            ],
+        )
+        .await;
+    }
+
+    // agent.toml says `node = "pve1"` and names no cluster.
+    let missing = adopt(&world).await;
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        stderr(&missing).contains("give --cluster"),
+        "{}",
+        stderr(&missing)
+    );
+
+    world.sim.control().clear_requests();
+    let config = world.dir.path().join("agent.toml");
+    let out = world.repo();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_proxops"))
+            .args(["adopt", "--cluster", "lab", "--json", "--config"])
+            .arg(config)
+            .arg("--out")
+            .arg(out)
+            .env_remove("RUST_LOG")
+            .env_remove("PROXOPS_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_ok(&output);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["nodes"], serde_json::json!(["pve1"]));
+    assert_eq!(report["writes"], 0);
+    let paths: Vec<String> = tree(&world.repo()).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(paths, ["iso/lab/netinst.yaml", "vm/lab/here.yaml"]);
+    assert!(
+        world
+            .requests()
+            .iter()
+            .all(|r| r.method == "GET" && !r.path.contains("/nodes/pve2/")),
+        "{:?}",
+        world.requests()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn adopt_fails_when_its_client_has_counted_a_write() {
+    let world = World::start(&[]).await;
+    let toml = world.dir.path().join("agent.toml");
+    let config = proxops::config::AgentConfig::load(&toml).unwrap();
+    let pve = proxops_pve::PveClient::new(config.pve.client_config()).unwrap();
+    let scope = proxops::config::NodeScope::Node("pve1".to_owned());
+    assert!(proxops::adopt::adopt(&pve, &scope, "lab").await.is_ok());
+
+    // A write through the same client (clones share the counter) makes adopt refuse.
+    let create = proxops_pve::request::qemu_create(
+        "pve1",
+        120,
+        &proxops_pve::request::Params::new().set("memory", "512"),
+    );
+    pve.execute(&create).await.unwrap();
+    let error = proxops::adopt::adopt(&pve, &scope, "lab")
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("sent 1 write request"),
+        "{error}"
+    );
+}
