@@ -158,10 +158,110 @@ fn level_index(desired: &DesiredState) -> BTreeMap<&ResourceId, usize> {
         .collect()
 }
 
+/// How ProxOps created a guest: the create-only facts PVE does not keep in the config.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Creation {
+    /// The TemplateVM it was fully cloned from (`None`: created, not cloned).
+    pub clone: Option<String>,
+    /// The `ostemplate` volid an LXC was created from.
+    pub ostemplate: Option<String>,
+    /// Disk slot → the volid its image was imported from (`import-from=`).
+    pub imports: BTreeMap<String, String>,
+}
+
+impl Creation {
+    /// The creation facts of a create or clone action (`None` for other verbs).
+    pub fn of(verb: &Verb) -> Option<Self> {
+        match verb {
+            Verb::Clone(clone) => Some(Self {
+                clone: Some(clone.source.clone()),
+                ..Self::default()
+            }),
+            Verb::Create(create) => Some(Self {
+                clone: None,
+                ostemplate: create.params.get("ostemplate").cloned(),
+                imports: create
+                    .params
+                    .iter()
+                    .filter_map(|(slot, value)| {
+                        let props = guest::PropertyString::parse(value, Some("file"));
+                        Some((slot.clone(), props.get("import-from")?.to_owned()))
+                    })
+                    .collect(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// `requires-recreate` findings for the create-only fields PVE does not keep: the clone
+/// source, an LXC's `template` and a disk's `image`, against how ProxOps created the guest.
+/// Without a record (the CLI has no store; a guest adopted or created by the Go program)
+/// there is nothing to compare, so nothing is reported.
+fn recreate_findings(
+    declared: &Declared<'_>,
+    rendered: &RenderedConfig,
+    creation: &Creation,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut report = |field: &str, desired: &str, recorded: &str| {
+        let finding = declared.finding(FindingKind::RequiresRecreate, field, desired, recorded);
+        let message = format!(
+            "{field} was {} when the guest was created; it can only be set then, so the guest is left as is (recreate it by hand to apply it)",
+            if recorded.is_empty() {
+                "not set"
+            } else {
+                recorded
+            }
+        );
+        out.push(with_message(finding, message));
+    };
+    if rendered.clone != creation.clone {
+        report(
+            "spec.clone",
+            rendered.clone.as_deref().unwrap_or(""),
+            creation.clone.as_deref().unwrap_or(""),
+        );
+    }
+    if let Some(ostemplate) = rendered.create_only.get("ostemplate")
+        && creation
+            .ostemplate
+            .as_ref()
+            .is_some_and(|o| o != ostemplate)
+    {
+        report(
+            "spec.template",
+            ostemplate,
+            creation.ostemplate.as_deref().unwrap_or(""),
+        );
+    }
+    // A clone's disks come from its template: only a created guest's imports compare.
+    if creation.clone.is_none() {
+        for (slot, owned) in &rendered.owned {
+            let guest::Rule::Disk(rule) = &owned.rule else {
+                continue;
+            };
+            let Some(image) = &rule.import_from else {
+                continue;
+            };
+            let recorded = creation.imports.get(slot);
+            if recorded != Some(image) {
+                report(
+                    &format!("{slot}.image"),
+                    image,
+                    recorded.map_or("", String::as_str),
+                );
+            }
+        }
+    }
+    out
+}
+
 /// Plans every declared guest in scope into `levels` (indexed by dependency level).
 pub(crate) fn plan_guests(
     desired: &DesiredState,
     observed: &ObservedState,
+    inventory: &Inventory,
     policy: &Policy,
     levels: &mut [Vec<Action>],
     plan: &mut Plan,
@@ -189,11 +289,14 @@ pub(crate) fn plan_guests(
         }
         let level = level_of.get(&resource.id).copied().unwrap_or(0);
         let mut actions = Vec::new();
+        let creation = inventory
+            .created
+            .get(&(declared.node.to_owned(), declared.vmid));
         plan_one(
             desired,
             &declared,
             &rendered,
-            observed,
+            (observed, creation),
             policy,
             &mut actions,
             plan,
@@ -210,7 +313,7 @@ fn plan_one(
     desired: &DesiredState,
     declared: &Declared<'_>,
     rendered: &RenderedConfig,
-    observed: &ObservedState,
+    (observed, creation): (&ObservedState, Option<&Creation>),
     policy: &Policy,
     actions: &mut Vec<Action>,
     plan: &mut Plan,
@@ -299,6 +402,10 @@ fn plan_one(
             ),
         ));
         return;
+    }
+    if let Some(creation) = creation {
+        plan.findings
+            .extend(recreate_findings(declared, rendered, creation));
     }
     plan_present(declared, rendered, live, config, policy, actions, plan);
 }
@@ -797,7 +904,7 @@ mod tests {
     use crate::observed::{ObservedGuest, ObservedState};
     use crate::plan::render::render_human;
     use crate::plan::{
-        Action, FindingKind, Inventory, NodeScope, Plan, Policy, Verb, clone_update, plan,
+        Action, Creation, FindingKind, Inventory, NodeScope, Plan, Policy, Verb, clone_update, plan,
     };
     use crate::repository::{DesiredState, load};
     use crate::resource::{Kind, ResourceId};
@@ -1213,6 +1320,128 @@ mod tests {
         // Planned on create too: the guest is created without them, and says so.
         let plan = run(&state, &ObservedState::default(), &all());
         assert_eq!(kinds(&plan), [FindingKind::NotSent, FindingKind::NotSent]);
+    }
+
+    #[test]
+    fn a_changed_clone_source_template_or_image_requires_a_recreate_and_is_never_destroyed() {
+        let tvm =
+            |name: &str, vmid: u32| vm(name, vmid, "").replace("kind: VM", "kind: TemplateVM");
+        let clone = "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata:\n  name: app\nspec:\n  node: pve1\n  vmid: 103\n  clone: golden-v2\n  memory: 2GiB\n  cpu: {type: host, cores: 2}\n  networks:\n    - {bridge: vmbr0}\n";
+        let state = desired(&[&tvm("golden", 9000), &tvm("golden-v2", 9001), clone]);
+        let mut observed = ObservedState::default();
+        for (name, vmid) in [("golden", 9000), ("golden-v2", 9001)] {
+            let config = live_of(&state, Kind::TemplateVm, name, vmid);
+            observed.add_guest(guest(vmid, "stopped", config));
+        }
+        // The live VM as its clone from `golden` left it (disks of the template's).
+        let config = config_with(
+            &live_of(&state, Kind::TemplateVm, "golden", 103),
+            &[("template", None), ("name", Some("app"))],
+        );
+        observed.add_guest(guest(103, "running", config));
+        let recorded = |creation: Creation| {
+            Inventory::from_tags(&observed).with_created([("pve1".to_owned(), 103, creation)])
+        };
+        let from_golden = Creation {
+            clone: Some("golden".into()),
+            ..Creation::default()
+        };
+        let planned = plan(&state, &observed, &recorded(from_golden), &all());
+        let recreate: Vec<_> = planned
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::RequiresRecreate)
+            .map(|f| (f.field.as_str(), f.desired.as_str(), f.observed.as_str()))
+            .collect();
+        assert_eq!(recreate, [("spec.clone", "golden-v2", "golden")]);
+        assert!(
+            planned
+                .actions()
+                .all(|a| !matches!(a.verb.name(), "delete" | "clone" | "create")),
+            "{:?}",
+            verbs(&planned)
+        );
+        // Without a record (the CLI) there is nothing to compare.
+        let unrecorded = run(&state, &observed, &all());
+        assert!(
+            unrecorded
+                .findings
+                .iter()
+                .all(|f| f.kind != FindingKind::RequiresRecreate)
+        );
+
+        // A created VM whose disk image changed since.
+        let image = "apiVersion: proxops/v1alpha1\nkind: DiskImage\nmetadata: {name: deb}\nspec: {nodes: [pve1], storage: local, filename: deb13.qcow2, url: 'http://x/deb13.qcow2'}\n";
+        let web = vm("web", 101, "").replace(
+            "{storage: local-lvm, size: 8GiB}",
+            "{storage: local-lvm, size: 8GiB, image: deb}",
+        );
+        let state = desired(&[image, &web]);
+        let mut observed = ObservedState::default();
+        observed.add_guest(guest(101, "running", live_of(&state, Kind::Vm, "web", 101)));
+        let created = Creation {
+            imports: [("scsi0".to_owned(), "local:import/deb12.qcow2".to_owned())].into(),
+            ..Creation::default()
+        };
+        let inventory =
+            Inventory::from_tags(&observed).with_created([("pve1".to_owned(), 101, created)]);
+        let planned = plan(&state, &observed, &inventory, &all());
+        let recreate: Vec<_> = planned
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::RequiresRecreate)
+            .map(|f| (f.field.as_str(), f.desired.as_str(), f.observed.as_str()))
+            .collect();
+        assert_eq!(
+            recreate,
+            [(
+                "scsi0.image",
+                "local:import/deb13.qcow2",
+                "local:import/deb12.qcow2"
+            )]
+        );
+    }
+
+    #[test]
+    fn a_changed_ct_template_requires_a_recreate() {
+        let lxc = "apiVersion: proxops/v1alpha1\nkind: CTTemplate\nmetadata: {name: deb}\nspec: {nodes: [pve1], storage: local, filename: d13.tar.zst, url: 'http://x/d13.tar.zst'}\n---\napiVersion: proxops/v1alpha1\nkind: LXC\nmetadata: {name: ct}\nspec: {node: pve1, vmid: 200, template: deb, memory: 512MiB, cpu: {cores: 1}, root: {storage: local-lvm, size: 4GiB}}\n";
+        let state = desired(&[lxc]);
+        let mut observed = ObservedState::default();
+        observed.add_guest(guest(200, "running", live_of(&state, Kind::Lxc, "ct", 200)));
+        let created = Creation {
+            ostemplate: Some("local:vztmpl/d12.tar.zst".into()),
+            ..Creation::default()
+        };
+        let inventory =
+            Inventory::from_tags(&observed).with_created([("pve1".to_owned(), 200, created)]);
+        let planned = plan(&state, &observed, &inventory, &all());
+        let recreate: Vec<_> = planned
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::RequiresRecreate)
+            .map(|f| (f.field.as_str(), f.desired.as_str(), f.observed.as_str()))
+            .collect();
+        assert_eq!(
+            recreate,
+            [(
+                "spec.template",
+                "local:vztmpl/d13.tar.zst",
+                "local:vztmpl/d12.tar.zst"
+            )]
+        );
+        assert!(planned.actions().all(|a| a.verb.name() != "delete"));
+    }
+
+    #[test]
+    fn the_creation_facts_come_from_the_create_or_clone_action() {
+        let state = desired(&[&vm("web", 101, "")]);
+        let plan = run(&state, &ObservedState::default(), &all());
+        let creation = Creation::of(&plan.levels[0][0].verb).expect("a create");
+        assert_eq!(creation, Creation::default());
+        let Some(start) = plan.actions().find(|a| a.verb.name() == "start") else {
+            panic!("a start")
+        };
+        assert_eq!(Creation::of(&start.verb), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::observed::ObservedState;
 use crate::repository::DesiredState;
 use crate::resource::ResourceId;
 
-pub use guests::clone_update;
+pub use guests::{Creation, clone_update};
 
 /// What a pass would do.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -351,6 +351,10 @@ impl Policy {
 pub struct Inventory {
     /// (node, vmid) → the resource that declared it.
     pub guests: BTreeMap<(String, u32), ResourceId>,
+    /// (node, vmid) → how ProxOps created the guest, where recorded (the agent's store):
+    /// the create-only fields PVE does not keep (clone source, CT template, imported
+    /// images), so a changed one can be reported as requires-recreate.
+    pub created: BTreeMap<(String, u32), Creation>,
 }
 
 impl Inventory {
@@ -361,7 +365,21 @@ impl Inventory {
                 .into_iter()
                 .map(|(node, vmid, id)| ((node, vmid), id))
                 .collect(),
+            created: BTreeMap::new(),
         }
+    }
+
+    /// The same inventory with how guests were created (node, vmid, creation).
+    #[must_use]
+    pub fn with_created(
+        mut self,
+        entries: impl IntoIterator<Item = (String, u32, Creation)>,
+    ) -> Self {
+        self.created = entries
+            .into_iter()
+            .map(|(node, vmid, creation)| ((node, vmid), creation))
+            .collect();
+        self
     }
 
     /// Every guest observed with the ownership tag, named by its PVE name (or `vmid-<id>`).
@@ -399,7 +417,7 @@ pub fn plan(
     }
     let mut levels: Vec<Vec<Action>> = vec![Vec::new(); desired.levels.len().max(1)];
     artifacts::plan_artifacts(desired, observed, policy, &mut levels[0], &mut plan);
-    guests::plan_guests(desired, observed, policy, &mut levels, &mut plan);
+    guests::plan_guests(desired, observed, inventory, policy, &mut levels, &mut plan);
     let prunes = guests::plan_prune(desired, observed, inventory, policy, &mut plan);
     levels.push(prunes);
     for level in &mut levels {
