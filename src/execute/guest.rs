@@ -8,10 +8,11 @@
 //! at most `lock_retry_for`; any other refusal fails the action (a digest mismatch too: the
 //! next pass observes afresh and converges).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use proxops_core::guest::{GuestType, LiveConfig, sealed_value};
+use proxops_core::guest::{GuestType, LiveConfig, percent_decode, sealed_value};
 use proxops_core::plan::{Action, CloneFrom, Create, Grow, GuestRef, Update, Verb, clone_update};
 use proxops_core::repository::DesiredState;
 use proxops_pve::request::{self, CloneOptions, ConfigUpdate, DeleteOptions, Params};
@@ -137,24 +138,29 @@ impl GuestRun<'_> {
 
     /// The parameters to send: planned values, with SOPS markers swapped for the sealed
     /// values only here, as the request is built (plans and records hold only the markers).
-    fn unsealed(&self, planned: &BTreeMap<String, String>) -> Step<Params> {
+    /// The values swapped in are returned too, to be scrubbed from PVE's answer should it
+    /// quote one (its 400s quote parameter values).
+    fn unsealed(&self, planned: &BTreeMap<String, String>) -> Step<(Params, Scrub)> {
         let resource = self.desired.manifest.get(&self.action.resource);
-        planned.iter().try_fold(Params::new(), |p, (k, v)| {
-            let value = sealed_value(resource, k, v).map_err(|error| StepError::Failed {
-                upid: None,
-                error,
-            })?;
+        let mut scrub = Scrub::default();
+        let params = planned.iter().try_fold(Params::new(), |p, (k, v)| {
+            let value = sealed_value(resource, k, v)
+                .map_err(|error| StepError::Failed { upid: None, error })?;
+            if let Cow::Owned(secret) = &value {
+                scrub.add(secret);
+            }
             Ok(p.set(k.clone(), value.into_owned()))
-        })
+        })?;
+        Ok((params, scrub))
     }
 
     async fn create(&self, create: &Create) -> Step<(Option<String>, String)> {
-        let params = self.unsealed(&create.params)?;
+        let (params, scrub) = self.unsealed(&create.params)?;
         let req = match create.guest_type {
             GuestType::Qemu => request::qemu_create(self.node(), create.vmid, &params),
             GuestType::Lxc => request::lxc_create(self.node(), create.vmid, &params),
         };
-        let done = self.send_and_wait(&req).await?;
+        let done = self.send_and_wait(&req).await.map_err(|e| scrub.apply(e))?;
         self.grow(create.vmid, create.guest_type, &create.grow)
             .await?;
         Ok(done)
@@ -197,8 +203,9 @@ impl GuestRun<'_> {
     async fn update(&self, update: &Update) -> Step<(Option<String>, String)> {
         let mut done = (None, "OK".to_owned());
         if !update.set.is_empty() || !update.delete.is_empty() {
+            let (set, scrub) = self.unsealed(&update.set)?;
             let change = ConfigUpdate {
-                set: self.unsealed(&update.set)?,
+                set,
                 delete: update.delete.iter().cloned().collect(),
                 revert: Vec::new(),
                 digest: update.digest.clone(),
@@ -207,7 +214,7 @@ impl GuestRun<'_> {
                 GuestType::Qemu => request::qemu_config_put(self.node(), update.vmid, &change),
                 GuestType::Lxc => request::lxc_config_put(self.node(), update.vmid, &change),
             };
-            done = self.send_and_wait(&req).await?;
+            done = self.send_and_wait(&req).await.map_err(|e| scrub.apply(e))?;
         }
         self.grow(update.vmid, update.guest_type, &update.grow)
             .await?;
@@ -281,10 +288,66 @@ enum Power {
     Reboot,
 }
 
+/// Secret values sent in one request, to be kept out of the error recorded when PVE
+/// refuses it: each value, and each line of it percent-decoded (PVE quotes `sshkeys`
+/// decoded).
+#[derive(Default)]
+struct Scrub(Vec<String>);
+
+impl Scrub {
+    fn add(&mut self, secret: &str) {
+        self.0.push(secret.to_owned());
+        self.0.extend(
+            percent_decode(secret)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+    }
+
+    fn apply(&self, error: StepError) -> StepError {
+        match error {
+            StepError::Failed { upid, mut error } => {
+                for secret in self.0.iter().filter(|s| !s.is_empty()) {
+                    error = error.replace(secret.as_str(), proxops_core::secret::REDACTED);
+                }
+                StepError::Failed { upid, error }
+            }
+            other => other,
+        }
+    }
+}
+
 /// The client's error already names the method and path.
 fn refused(error: &PveError) -> StepError {
     StepError::Failed {
         upid: None,
         error: error_text(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_write_records_no_secret_value_pve_quoted() {
+        let mut scrub = Scrub::default();
+        scrub.add("ssh-ed25519%20AAAAkey%20admin%40example%0Assh-rsa%20BBBBkey%20x");
+        scrub.add("s3cr3t-Passw0rd");
+        let refused = StepError::Failed {
+            upid: None,
+            error: "POST /nodes/pve1/qemu: 400: sshkeys: invalid urlencoded string: ssh-rsa BBBBkey x; \
+                    cipassword: s3cr3t-Passw0rd"
+                .to_owned(),
+        };
+        let StepError::Failed { error, .. } = scrub.apply(refused) else {
+            panic!("still a failure");
+        };
+        assert_eq!(
+            error,
+            "POST /nodes/pve1/qemu: 400: sshkeys: invalid urlencoded string: (secret); cipassword: (secret)"
+        );
     }
 }
