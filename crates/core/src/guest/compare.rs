@@ -133,6 +133,11 @@ pub fn compare(
                 compare_disk(guest_type, key, &owned.value, rule, observed, &mut diff)
             }
             Rule::BindMount => compare_bind(guest_type, key, &owned.value, observed, &mut diff),
+            // Right after a full clone the mask PVE shows is the template's password: the
+            // manifest's is written once, as on create (later passes see it as satisfied).
+            Rule::SealedPassword(_) if context.clone_backed => {
+                diff.write(guest_type, key, owned.value.clone(), false);
+            }
             rule if matches(rule, &owned.value, observed) => {}
             // A CD-ROM written over a live disk would detach the disk.
             _ if guest_type == GuestType::Qemu

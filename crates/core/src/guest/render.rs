@@ -1168,6 +1168,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn right_after_a_clone_the_template_password_is_replaced_and_keys_compared() {
+        use crate::guest::{CompareContext, GuestType, LiveConfig, compare};
+        let r = render(&resolved_refs_vm(), &Artifacts::new()).expect("a guest");
+        let inherited = serde_json::json!({
+            "memory": "1024", "cores": 1, "cpu": "host", "name": "sealed", "tags": "proxops",
+            "scsi0": "local-lvm:vm-130-disk-0,size=8G", "digest": "d",
+            "sshkeys": "ssh-rsa%20AAAAtemplate%20t", "cipassword": "**********",
+        });
+        let live = LiveConfig::from_json(GuestType::Qemu, &inherited).expect("a config");
+        let after_clone = compare(&r, &live, &CompareContext { clone_backed: true });
+        assert_eq!(
+            after_clone.set.keys().collect::<Vec<_>>(),
+            ["cipassword", "sshkeys"]
+        );
+        assert!(after_clone.delete.is_empty(), "{:?}", after_clone.delete);
+        let later = compare(&r, &live, &CompareContext::default());
+        assert_eq!(later.set.keys().collect::<Vec<_>>(), ["sshkeys"]);
+    }
+
+    #[test]
     fn an_lxc_renders_named_nics_the_nesting_feature_and_create_only_keys_apart() {
         let r = rendered(FULL_LXC, &artifacts());
         assert_eq!(
