@@ -50,7 +50,30 @@ impl SimControl {
     /// # Errors
     /// A bad pattern.
     pub fn add_latency(&self, pattern: Option<&str>, delay: Duration) -> Result<(), FaultError> {
-        self.shared.faults().add_latency(pattern, delay)
+        self.shared.faults().add_latency(pattern, delay, None)
+    }
+
+    /// Delays each request whose path matches `pattern` (all when `None`) with
+    /// `probability`: latency spikes rather than a slow link.
+    ///
+    /// # Errors
+    /// A bad pattern.
+    pub fn add_latency_spikes(
+        &self,
+        pattern: Option<&str>,
+        delay: Duration,
+        probability: f64,
+    ) -> Result<(), FaultError> {
+        self.shared
+            .faults()
+            .add_latency(pattern, delay, Some(probability))
+    }
+
+    /// Probabilistic faults (HTTP faults and latency spikes with a probability) draw from a
+    /// generator seeded with `seed` from now on, so a scripted run can be repeated (as far
+    /// as the order of the requests that reach them repeats).
+    pub fn seed_faults(&self, seed: u64) {
+        self.shared.faults().seed(seed);
     }
 
     /// The next task of `task_type` (e.g. `qmcreate`, `download`) fails with `message`.
@@ -89,5 +112,15 @@ impl SimControl {
     /// Empties the request log and counters.
     pub fn clear_requests(&self) {
         self.shared.log().clear();
+    }
+
+    /// The request log and counters, emptied in the same step so no request is lost
+    /// between reading and clearing (long runs read it in pieces: the log keeps at most
+    /// 10,000 entries).
+    pub fn take_requests(&self) -> RequestLog {
+        let mut log = self.shared.log();
+        let taken = log.clone();
+        log.clear();
+        taken
     }
 }

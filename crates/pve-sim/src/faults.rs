@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +80,8 @@ struct StorageListingFault {
 struct LatencyFault {
     regex: Option<Regex>,
     delay: Duration,
+    /// Delay only this share of matching requests (a spike), every one when absent.
+    probability: Option<f64>,
 }
 
 /// All active faults.
@@ -88,6 +92,9 @@ pub(crate) struct Faults {
     latency: Vec<LatencyFault>,
     task_failures: Vec<(String, String)>,
     lock_timeouts: Vec<(u32, u32)>,
+    /// Seeded source of the probabilistic faults, so a scripted run can be repeated;
+    /// the thread RNG when unset.
+    rng: Option<StdRng>,
 }
 
 impl Faults {
@@ -119,10 +126,28 @@ impl Faults {
         });
     }
 
+    /// Probabilistic faults draw from a generator seeded with `seed` from now on.
+    pub(crate) fn seed(&mut self, seed: u64) {
+        self.rng = Some(StdRng::seed_from_u64(seed));
+    }
+
+    /// Whether a fault with `probability` fires for this request.
+    fn fires(&mut self, probability: Option<f64>) -> bool {
+        let Some(p) = probability else {
+            return true;
+        };
+        let p = p.clamp(0.0, 1.0);
+        match self.rng.as_mut() {
+            Some(rng) => rng.random_bool(p),
+            None => rand::random_bool(p),
+        }
+    }
+
     pub(crate) fn add_latency(
         &mut self,
         pattern: Option<&str>,
         delay: Duration,
+        probability: Option<f64>,
     ) -> Result<(), FaultError> {
         let regex = pattern
             .map(|p| {
@@ -132,7 +157,11 @@ impl Faults {
                 })
             })
             .transpose()?;
-        self.latency.push(LatencyFault { regex, delay });
+        self.latency.push(LatencyFault {
+            regex,
+            delay,
+            probability,
+        });
         Ok(())
     }
 
@@ -145,24 +174,34 @@ impl Faults {
         self.lock_timeouts.push((vmid, times));
     }
 
+    /// Removes every fault; a seeded generator keeps its sequence.
     pub(crate) fn clear(&mut self) {
+        let rng = self.rng.take();
         *self = Self::default();
+        self.rng = rng;
     }
 
     /// Total delay to add before answering `path`.
-    pub(crate) fn latency_for(&self, path: &str) -> Duration {
-        self.latency
+    pub(crate) fn latency_for(&mut self, path: &str) -> Duration {
+        let matching: Vec<(Duration, Option<f64>)> = self
+            .latency
             .iter()
             .filter(|l| l.regex.as_ref().is_none_or(|r| r.is_match(path)))
-            .map(|l| l.delay)
+            .map(|l| (l.delay, l.probability))
+            .collect();
+        matching
+            .into_iter()
+            .filter(|(_, p)| self.fires(*p))
+            .map(|(delay, _)| delay)
             .sum()
     }
 
     /// The injected answer for this request, if a fault fires (consuming one use).
     pub(crate) fn take_http(&mut self, method: &str, path: &str) -> Option<Injected> {
         let mut fired = None;
-        for active in &mut self.http {
-            let f = &mut active.fault;
+        for index in 0..self.http.len() {
+            let active = &self.http[index];
+            let f = &active.fault;
             if f.method
                 .as_deref()
                 .is_some_and(|m| !m.eq_ignore_ascii_case(method))
@@ -171,11 +210,11 @@ impl Faults {
             {
                 continue;
             }
-            if let Some(p) = f.probability
-                && !rand::random_bool(p.clamp(0.0, 1.0))
-            {
+            let probability = f.probability;
+            if !self.fires(probability) {
                 continue;
             }
+            let f = &mut self.http[index].fault;
             if let Some(t) = f.times.as_mut() {
                 *t -= 1;
             }
@@ -228,5 +267,44 @@ impl Faults {
         entry.1 -= 1;
         self.lock_timeouts.retain(|(_, left)| *left > 0);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern_of_fires(seed: u64) -> Vec<bool> {
+        let mut faults = Faults::default();
+        faults.seed(seed);
+        faults
+            .add_http(HttpFault {
+                pattern: "/qemu$".into(),
+                method: None,
+                status: 500,
+                message: None,
+                times: None,
+                probability: Some(0.3),
+            })
+            .unwrap();
+        faults
+            .add_latency(Some("/qemu$"), Duration::from_millis(5), Some(0.5))
+            .unwrap();
+        (0..200)
+            .flat_map(|_| {
+                let spike = !faults.latency_for("/nodes/pve1/qemu").is_zero();
+                let fired = faults.take_http("POST", "/nodes/pve1/qemu").is_some();
+                [spike, fired]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_same_seed_fires_the_same_probabilistic_faults_and_another_seed_does_not() {
+        let first = pattern_of_fires(7);
+        assert_eq!(first, pattern_of_fires(7));
+        assert_ne!(first, pattern_of_fires(8));
+        let fired = first.iter().skip(1).step_by(2).filter(|f| **f).count();
+        assert!((30..=90).contains(&fired), "about 30% of 200: {fired}");
     }
 }

@@ -32,6 +32,14 @@ struct Latency {
     #[serde(default)]
     pattern: Option<String>,
     millis: u64,
+    #[serde(default)]
+    probability: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultSeed {
+    seed: u64,
 }
 
 #[derive(Deserialize)]
@@ -105,9 +113,16 @@ pub(crate) fn handle(
             parse::<HttpFault>(body).map(|f| control.fail_requests(f).map_or_else(bad, |()| ok()))
         }
         ("POST", "/_sim/faults/latency") => parse::<Latency>(body).map(|f| {
-            control
-                .add_latency(f.pattern.as_deref(), Duration::from_millis(f.millis))
-                .map_or_else(bad, |()| ok())
+            let delay = Duration::from_millis(f.millis);
+            match f.probability {
+                None => control.add_latency(f.pattern.as_deref(), delay),
+                Some(p) => control.add_latency_spikes(f.pattern.as_deref(), delay, p),
+            }
+            .map_or_else(bad, |()| ok())
+        }),
+        ("POST", "/_sim/faults/seed") => parse::<FaultSeed>(body).map(|f| {
+            control.seed_faults(f.seed);
+            ok()
         }),
         ("POST", "/_sim/faults/task") => parse::<TaskFailure>(body).map(|f| {
             control.fail_next_task(&f.kind, &f.message);
