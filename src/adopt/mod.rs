@@ -17,6 +17,7 @@ mod lxc;
 mod naming;
 pub mod read;
 pub mod report;
+mod ssh_keys;
 mod vm;
 mod yaml;
 
@@ -33,6 +34,7 @@ use self::guest::Mapping;
 use self::naming::{Names, artifact_stem, safe_name};
 use self::read::{ReadError, Snapshot};
 use self::report::{Incomplete, Placeholder, Report, Skipped, Written};
+pub use self::ssh_keys::SshKeyRefs;
 use self::yaml::{Map, Value};
 
 /// ISO manifests by (node, volid): how a VM's CD-ROM finds the ISO it refers to.
@@ -81,7 +83,8 @@ pub enum AdoptError {
     },
 }
 
-/// Reads the cluster and builds the manifests; fails if any write was sent.
+/// Reads the cluster and builds the manifests; fails if any write was sent. `ssh_keys` are
+/// the cluster's SOPS key entries (empty when it has none).
 ///
 /// # Errors
 /// An unreadable cluster, a bad cluster name, or a write counted by the client.
@@ -89,10 +92,11 @@ pub async fn adopt(
     pve: &PveClient,
     scope: &NodeScope,
     cluster: &str,
+    ssh_keys: &SshKeyRefs,
 ) -> Result<Adoption, AdoptError> {
     check_cluster(cluster)?;
     let snapshot = read::read(pve, scope).await?;
-    let mut adoption = build(&snapshot, cluster);
+    let mut adoption = build(&snapshot, cluster, ssh_keys);
     adoption.report.requests = pve.requests_sent();
     adoption.report.writes = pve.writes_sent();
     if adoption.report.writes != 0 {
@@ -147,7 +151,7 @@ fn check_cluster(cluster: &str) -> Result<(), AdoptError> {
 }
 
 /// The manifests and report for what was read (pure).
-fn build(snapshot: &Snapshot, cluster: &str) -> Adoption {
+fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption {
     let mut adoption = Adoption::default();
     let report = &mut adoption.report;
     report.cluster = cluster.to_owned();
@@ -244,7 +248,7 @@ fn build(snapshot: &Snapshot, cluster: &str) -> Adoption {
         let resource = format!("{kind}/{name}");
         let mut mapping = Mapping::new(&guest.config, resource.clone());
         let spec = match guest.guest_type {
-            GuestType::Qemu => vm::spec(guest, kind, &name, &isos, &mut mapping),
+            GuestType::Qemu => vm::spec(guest, kind, &name, (&isos, ssh_keys), &mut mapping),
             GuestType::Lxc => lxc::spec(guest, kind, &name, &mut mapping),
         };
         mapping.finish();
@@ -385,7 +389,7 @@ mod tests {
     /// Renders each adopted guest and compares it with the config it came from: the only
     /// change is the ownership tag.
     fn assert_round_trip(snapshot: &Snapshot) {
-        let adoption = build(snapshot, "lab");
+        let adoption = build(snapshot, "lab", &SshKeyRefs::default());
         let state = load_adopted(&adoption);
         let artifacts = Artifacts::from_manifest(&state.manifest);
         let mut checked = 0;
@@ -508,7 +512,7 @@ mod tests {
             skipped: Vec::new(),
         };
         assert_round_trip(&snapshot);
-        let adoption = build(&snapshot, "lab");
+        let adoption = build(&snapshot, "lab", &SshKeyRefs::default());
         let web = &adoption.files["vm/lab/web-example-org.yaml"];
         assert!(web.contains("pve-name: web.example.org"), "{web}");
         assert!(web.contains("iso: netinst"), "{web}");
@@ -566,7 +570,7 @@ mod tests {
             }],
             skipped: Vec::new(),
         };
-        let mut adoption = build(&snapshot, "lab");
+        let mut adoption = build(&snapshot, "lab", &SshKeyRefs::default());
         assert_eq!(adoption.report.incomplete.len(), 1);
         assert!(adoption.report.incomplete[0].fill[0].starts_with("spec.template"));
         assert!(
@@ -628,7 +632,7 @@ mod tests {
             files: Vec::new(),
             skipped: Vec::new(),
         };
-        let adoption = build(&snapshot, "lab");
+        let adoption = build(&snapshot, "lab", &SshKeyRefs::default());
         let gaps: BTreeMap<&str, &str> = adoption
             .report
             .gaps
@@ -677,7 +681,7 @@ mod tests {
             files: Vec::new(),
             skipped: Vec::new(),
         };
-        let adoption = build(&snapshot, "lab");
+        let adoption = build(&snapshot, "lab", &SshKeyRefs::default());
         let paths: Vec<&str> = adoption.files.keys().map(String::as_str).collect();
         assert_eq!(
             paths,
@@ -689,7 +693,65 @@ mod tests {
         );
         assert_eq!(adoption.report.skipped.len(), 1);
         assert_eq!(adoption.report.skipped[0].what, "qemu 503 on pve1");
-        assert_eq!(build(&snapshot, "lab"), adoption);
+        assert_eq!(build(&snapshot, "lab", &SshKeyRefs::default()), adoption);
+    }
+
+    #[test]
+    fn keys_all_in_the_sops_document_become_refs_and_a_partial_match_stays_pves() {
+        let keys = SshKeyRefs::from_lines(&[
+            ("admin", "ssh-ed25519 AAAAadmin admin@x"),
+            ("ci", "ssh-ed25519 AAAAci ci@x"),
+        ]);
+        let vm = |vmid, name: &str, sshkeys: &str| {
+            qemu(
+                "pve1",
+                vmid,
+                "stopped",
+                &[
+                    ("name", name),
+                    ("memory", "512"),
+                    ("cores", "1"),
+                    ("cpu", "host"),
+                    ("scsi0", "local-lvm:vm-1-disk-0,size=1G"),
+                    ("sshkeys", sshkeys),
+                ],
+            )
+        };
+        let snapshot = Snapshot {
+            nodes: vec!["pve1".to_owned()],
+            guests: vec![
+                vm(
+                    600,
+                    "all",
+                    "ssh-ed25519%20AAAAci%20ci%40x%0Assh-ed25519%20AAAAadmin%20admin%40x",
+                ),
+                vm(
+                    601,
+                    "some",
+                    "ssh-ed25519%20AAAAadmin%20admin%40x%0Assh-rsa%20BBBBother%20o%40x",
+                ),
+            ],
+            files: Vec::new(),
+            skipped: Vec::new(),
+        };
+        let adoption = build(&snapshot, "lab", &keys);
+        let all = &adoption.files["vm/lab/all.yaml"];
+        assert!(
+            all.contains("ssh-key-refs: [cloud-init.ssh-keys.ci, cloud-init.ssh-keys.admin]"),
+            "{all}"
+        );
+        let some = &adoption.files["vm/lab/some.yaml"];
+        assert!(some.contains("ssh-keys: [\"*\"]"), "{some}");
+        assert!(!some.contains("BBBBother") && !all.contains("AAAA"));
+        let gap = adoption
+            .report
+            .gaps
+            .iter()
+            .find(|g| g.key == "sshkeys")
+            .unwrap();
+        assert_eq!(gap.resource, "VM/some");
+        assert!(gap.note.starts_with("1 of 2 keys"), "{}", gap.note);
+        load_adopted(&adoption);
     }
 
     #[test]

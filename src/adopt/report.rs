@@ -67,6 +67,8 @@ pub struct Report {
     pub placeholders: Vec<Placeholder>,
     /// What PVE has that the manifests do not say.
     pub gaps: Vec<Gap>,
+    /// Remarks on the run as a whole (e.g. how SSH keys were matched).
+    pub notes: Vec<String>,
     /// GET requests sent.
     pub requests: u64,
     /// Non-GET requests sent (always 0 in a report: adopt fails otherwise).
@@ -90,6 +92,9 @@ impl Report {
             self.requests,
             self.writes,
         );
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
         section(&mut out, "WRITTEN", &self.written, |w| {
             format!("{}  {}  (from {})", w.path, w.resource, w.source)
         });

@@ -9,6 +9,7 @@ use proxops_core::resource::Kind;
 use super::Isos;
 use super::guest::{Mapping, mib_quantity, quantity, tags, volume_storage};
 use super::read::Guest;
+use super::ssh_keys::{Matched, SshKeyRefs};
 use super::yaml::{Map, Value};
 
 /// PVE's NIC models the manifest accepts.
@@ -51,8 +52,15 @@ const DISK_BUSES: [(&str, u32); 5] = [
 /// PVE's `memory` when the key is absent (MiB).
 const PVE_DEFAULT_MEMORY: u64 = 512;
 
-/// The `spec` of one qemu guest; `name` is its `metadata.name`.
-pub(crate) fn spec(guest: &Guest, kind: Kind, name: &str, isos: &Isos, m: &mut Mapping<'_>) -> Map {
+/// The `spec` of one qemu guest; `name` is its `metadata.name`; `isos` finds the ISO in its
+/// CD-ROM, `ssh` its SSH keys in the cluster's SOPS document.
+pub(crate) fn spec(
+    guest: &Guest,
+    kind: Kind,
+    name: &str,
+    (isos, ssh): (&Isos, &SshKeyRefs),
+    m: &mut Mapping<'_>,
+) -> Map {
     let mut spec = Map::new();
     spec.set("node", guest.node.as_str());
     spec.set("vmid", guest.vmid);
@@ -92,7 +100,7 @@ pub(crate) fn spec(guest: &Guest, kind: Kind, name: &str, isos: &Isos, m: &mut M
     pci_devices(m, &mut hardware);
     spec.set_map("hardware", hardware);
     spec.set_map("options", options(m));
-    spec.set_map("cloud-init-data", cloud_init_data(m));
+    spec.set_map("cloud-init-data", cloud_init_data(m, ssh));
 
     if let Some(pve_name) = m.take("name")
         && pve_name != name
@@ -566,16 +574,32 @@ fn options(m: &mut Mapping<'_>) -> Map {
     o
 }
 
-fn cloud_init_data(m: &mut Mapping<'_>) -> Map {
+fn cloud_init_data(m: &mut Mapping<'_>, ssh: &SshKeyRefs) -> Map {
     let mut ci = Map::new();
     if let Some(user) = m.take("ciuser") {
         ci.set("ci-user", user);
     }
-    // The keys stay PVE's: `["*"]` keeps them without copying them out (issue 9).
-    if let Some(keys) = m.take("sshkeys")
-        && !percent_decode(keys).trim().is_empty()
-    {
-        ci.set("ssh-keys", Value::List(vec![Value::Text("*".to_owned())]));
+    // The keys are never copied out: references when the cluster's SOPS document holds every
+    // one of them, else `["*"]`, which leaves them to PVE (issue 9).
+    if let Some(keys) = m.take("sshkeys") {
+        let decoded = percent_decode(keys);
+        let pve_owned = Value::List(vec![Value::Text("*".to_owned())]);
+        match ssh.match_keys(&decoded) {
+            Matched::Refs(refs) => ci.set("ssh-key-refs", refs),
+            Matched::Partial { total: 0, .. } => {}
+            Matched::Partial { matched, total } => {
+                if !ssh.is_empty() {
+                    m.gap(
+                        "sshkeys",
+                        "",
+                        &format!(
+                            "{matched} of {total} keys are in the SOPS document (all or nothing): adopted as [\"*\"], PVE keeps them"
+                        ),
+                    );
+                }
+                ci.set("ssh-keys", pve_owned);
+            }
+        }
     }
     if m.take("cipassword").is_some() {
         m.gap(

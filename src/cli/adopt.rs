@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use proxops_pve::PveClient;
 
-use crate::adopt;
+use crate::adopt::{self, SshKeyRefs};
 use crate::cli::Exit;
 use crate::cli::pass::DEFAULT_CONFIG;
 use crate::config::{AgentConfig, NodeScope};
 use crate::output;
+use crate::secrets::resolve::{cluster_document_path, open_cluster_document};
 
 /// Arguments of `proxops adopt`.
 #[derive(Debug, clap::Args)]
@@ -55,9 +56,11 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
     };
     let pve = PveClient::new(config.pve.client_config())
         .with_context(|| format!("connecting to PVE at {}", config.pve.url))?;
-    let adoption = adopt::adopt(&pve, &scope, &cluster)
+    let (ssh_keys, note) = ssh_key_refs(args, &cluster, &config);
+    let mut adoption = adopt::adopt(&pve, &scope, &cluster, &ssh_keys)
         .await
         .with_context(|| format!("adopting from PVE at {}", config.pve.url))?;
+    adoption.report.notes.extend(note);
     adopt::write(&args.out, &adoption)?;
     if args.json {
         output::print_json(&adoption.report)?;
@@ -66,4 +69,30 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
         stdout.write_all(adoption.report.render().as_bytes())?;
     }
     Ok(Exit::Success)
+}
+
+/// The SSH key entries of the cluster's SOPS document under `--out`, when it has one, and a
+/// note saying how keys were matched. A document that cannot be opened (no identity, wrong
+/// key) is not an error: keys are then adopted as `["*"]`, which is always safe.
+fn ssh_key_refs(args: &Args, cluster: &str, config: &AgentConfig) -> (SshKeyRefs, Option<String>) {
+    let path = cluster_document_path(&args.out, cluster, &config.secrets);
+    if !path.is_file() {
+        return (SshKeyRefs::default(), None);
+    }
+    match open_cluster_document(&args.out, cluster, &config.secrets) {
+        Ok(document) => (
+            SshKeyRefs::from_document(&document),
+            Some(format!(
+                "SSH keys matched against {}: a guest whose keys are all there gets ssh-key-refs",
+                path.display()
+            )),
+        ),
+        Err(error) => (
+            SshKeyRefs::default(),
+            Some(format!(
+                "{} could not be opened ({error}); SSH keys are adopted as [\"*\"]",
+                path.display()
+            )),
+        ),
+    }
 }

@@ -520,7 +520,12 @@ async fn adopt_fails_when_its_client_has_counted_a_write() {
     let config = proxops::config::AgentConfig::load(&toml).unwrap();
     let pve = proxops_pve::PveClient::new(config.pve.client_config()).unwrap();
     let scope = proxops::config::NodeScope::Node("pve1".to_owned());
-    assert!(proxops::adopt::adopt(&pve, &scope, "lab").await.is_ok());
+    let no_keys = proxops::adopt::SshKeyRefs::default();
+    assert!(
+        proxops::adopt::adopt(&pve, &scope, "lab", &no_keys)
+            .await
+            .is_ok()
+    );
 
     // A write through the same client (clones share the counter) makes adopt refuse.
     let create = proxops_pve::request::qemu_create(
@@ -529,11 +534,94 @@ async fn adopt_fails_when_its_client_has_counted_a_write() {
         &proxops_pve::request::Params::new().set("memory", "512"),
     );
     pve.execute(&create).await.unwrap();
-    let error = proxops::adopt::adopt(&pve, &scope, "lab")
+    let error = proxops::adopt::adopt(&pve, &scope, "lab", &no_keys)
         .await
         .unwrap_err();
     assert!(
         error.to_string().contains("sent 1 write request"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ssh_keys_all_found_in_the_clusters_sops_document_are_adopted_as_references() {
+    // The public keys of tests/fixtures/sops/proxops/plain/proxops.yaml, which the encrypted
+    // fixture repository's document holds under cloud-init.ssh-keys.admin and .deploy.
+    let admin = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHdvAdminKeyForTestsOnly admin@example";
+    let deploy = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeployKeyForTestsOnly deploy@example";
+    let other = format!("ssh-ed25519 {SSH_KEY_BLOB} other@example");
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    for (vmid, name, keys) in [
+        ("130", "keyed", format!("{deploy}\n{admin}")),
+        ("131", "mixed", format!("{admin}\n{other}")),
+    ] {
+        api.post_and_wait(
+            "pve1",
+            "/nodes/pve1/qemu",
+            &[
+                ("vmid", vmid),
+                ("name", name),
+                ("memory", "512"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:1"),
+                ("sshkeys", &percent_encode(&keys)),
+            ],
+        )
+        .await;
+    }
+    let document = crate::support::fixture("sops-repo/clusters/lab/secrets.sops.yaml");
+    world.write(
+        "clusters/lab/secrets.sops.yaml",
+        Some(&std::fs::read_to_string(document).unwrap()),
+    );
+    let identity = crate::support::fixture("sops/getsops-sops/keys.txt");
+    let config = world.dir.path().join("agent.toml");
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml = toml.replace("node = \"pve1\"", "node = \"pve1\"\ncluster = \"lab\"");
+    toml.push_str(&format!(
+        "[secrets]\nage_key_file = \"{}\"\n",
+        identity.display()
+    ));
+    std::fs::write(&config, toml).unwrap();
+
+    let output = adopt(&world).await;
+    assert_ok(&output);
+    let report = stdout(&output);
+    assert!(
+        report.contains("note: SSH keys matched against"),
+        "{report}"
+    );
+    let keyed = std::fs::read_to_string(world.repo().join("vm/lab/keyed.yaml")).unwrap();
+    assert!(
+        keyed.contains("ssh-key-refs: [cloud-init.ssh-keys.deploy, cloud-init.ssh-keys.admin]"),
+        "{keyed}"
+    );
+    let mixed = std::fs::read_to_string(world.repo().join("vm/lab/mixed.yaml")).unwrap();
+    assert!(mixed.contains("ssh-keys: [\"*\"]"), "{mixed}");
+    assert!(
+        report.contains("VM/mixed  sshkeys = <redacted>: 1 of 2 keys"),
+        "{report}"
+    );
+    for text in [&report, &keyed, &mixed, &stderr(&output)] {
+        assert!(!text.contains("KeyForTestsOnly") && !text.contains(SSH_KEY_BLOB));
+    }
+
+    // `validate` checks the references against the document's key names.
+    world.write(
+        "clusters/lab/resources.yaml",
+        Some("resources:\n  - ../../vm/lab/keyed.yaml\n  - ../../vm/lab/mixed.yaml\n"),
+    );
+    let repo = world.repo().display().to_string();
+    assert_ok(&proxops(&["validate", &repo]));
+    // The keys resolved from the document are the ones PVE has: only the tags change.
+    let plan = world.proxops(&["plan", "--json"]).await;
+    assert_eq!(plan.status.code(), Some(2), "{}", stderr(&plan));
+    let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    for action in plan["plan"]["levels"][0].as_array().unwrap() {
+        let set = action["verb"]["set"].as_object().unwrap();
+        assert_eq!(set.keys().collect::<Vec<_>>(), ["tags"], "{action:#}");
+    }
+    assert_eq!(plan["plan"]["findings"], serde_json::json!([]), "{plan:#}");
 }

@@ -17,6 +17,7 @@ mod guests;
 mod hostile;
 mod migrate;
 mod readme;
+mod reliability;
 mod sim;
 mod sops;
 mod support;
