@@ -671,3 +671,59 @@ async fn an_out_of_band_key_is_corrected_and_the_password_is_written_only_when_p
     let settled = cli(&world, &["plan"]).await;
     assert_eq!(settled.status.code(), Some(0), "{}", stdout(&settled));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clone_gets_its_own_keys_and_password_instead_of_its_templates() {
+    let world = World::start(&[]).await;
+    let identity = identity_in(world.dir.path());
+    world_repo(&world, Some(&identity));
+    world.write(
+        "clusters/lab/resources.yaml",
+        Some("resources:\n  - ../../templatevm/base/golden.yaml\n  - ../../vm/base/app.yaml\n"),
+    );
+    world.write("vm/base/web.yaml", None);
+    world.write(
+        "templatevm/base/golden.yaml",
+        Some(
+            "apiVersion: proxops/v1alpha1\nkind: TemplateVM\nmetadata: {name: golden}\nspec:\n  \
+             node: pve1\n  vmid: 9000\n  memory: 1GiB\n  cpu: {type: host, cores: 1}\n  \
+             disks: [{storage: local-lvm, size: 4GiB}]\n  networks: [{bridge: vmbr0}]\n  \
+             hardware:\n    cloud-init: {enabled: true, storage: local-lvm}\n  \
+             cloud-init-data:\n    ssh-key-refs: [cloud-init.ssh-keys.deploy]\n    \
+             ci-password-ref: cloud-init.passwords.rescue\n",
+        ),
+    );
+    world.write(
+        "vm/base/app.yaml",
+        Some(
+            "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata: {name: app}\nspec:\n  node: pve1\n  \
+             vmid: 301\n  clone: golden\n  memory: 1GiB\n  cpu: {type: host, cores: 1}\n  \
+             networks: [{bridge: vmbr0}]\n  cloud-init-data:\n    \
+             ssh-key-refs: [cloud-init.ssh-keys.admin]\n    \
+             ci-password-ref: cloud-init.passwords.default\n",
+        ),
+    );
+    let out = cli(&world, &["apply", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_no_secret("apply", &(stdout(&out) + &stderr(&out)));
+
+    let config = guest_config(&world, 301).await;
+    assert_eq!(
+        config["sshkeys"],
+        "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIHdvAdminKeyForTestsOnly%20admin%40example"
+    );
+    assert_eq!(config["cipassword"], "**********");
+    let clone_config_writes: Vec<_> = world
+        .writes()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/nodes/pve1/qemu/301/config"))
+        .collect();
+    assert_eq!(clone_config_writes.len(), 1, "{clone_config_writes:?}");
+    assert!(
+        clone_config_writes[0].params.contains_key("cipassword"),
+        "the template's password was kept: {clone_config_writes:?}"
+    );
+
+    let again = cli(&world, &["plan"]).await;
+    assert_eq!(again.status.code(), Some(0), "{}", stdout(&again));
+}
