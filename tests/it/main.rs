@@ -7,10 +7,12 @@
 
 mod adopt;
 mod agent;
+mod agent_process;
 mod artifacts;
 mod check;
 mod cli_validate;
 mod demo;
+mod flood;
 mod git_server;
 mod guard_rails;
 mod guests;
@@ -18,6 +20,8 @@ mod hostile;
 mod migrate;
 mod readme;
 mod reliability;
+mod secrets_never_leak;
 mod sim;
 mod sops;
 mod support;
+mod tls;
