@@ -12,6 +12,7 @@
 //! and `cipassword` is never written out.
 
 mod artifact;
+mod existing;
 mod guest;
 mod lxc;
 mod naming;
@@ -30,6 +31,7 @@ use proxops_core::plan::NodeScope;
 use proxops_core::resource::Kind;
 use proxops_pve::PveClient;
 
+pub use self::existing::Existing;
 use self::guest::Mapping;
 use self::naming::{Names, artifact_stem, safe_name};
 use self::read::{ReadError, Snapshot};
@@ -84,7 +86,9 @@ pub enum AdoptError {
 }
 
 /// Reads the cluster and builds the manifests; fails if any write was sent. `ssh_keys` are
-/// the cluster's SOPS key entries (empty when it has none).
+/// the cluster's SOPS key entries (empty when it has none); `existing` is what the repository
+/// already declares and holds (guests and files declared there are skipped, files adopt did
+/// not write are never overwritten).
 ///
 /// # Errors
 /// An unreadable cluster, a bad cluster name, or a write counted by the client.
@@ -93,10 +97,11 @@ pub async fn adopt(
     scope: &NodeScope,
     cluster: &str,
     ssh_keys: &SshKeyRefs,
+    existing: &Existing,
 ) -> Result<Adoption, AdoptError> {
     check_cluster(cluster)?;
     let snapshot = read::read(pve, scope).await?;
-    let mut adoption = build(&snapshot, cluster, ssh_keys);
+    let mut adoption = build(&snapshot, cluster, ssh_keys, existing);
     adoption.report.requests = pve.requests_sent();
     adoption.report.writes = pve.writes_sent();
     if adoption.report.writes != 0 {
@@ -134,7 +139,11 @@ pub fn write(out: &Path, adoption: &Adoption) -> Result<usize, AdoptError> {
     Ok(changed)
 }
 
-fn check_cluster(cluster: &str) -> Result<(), AdoptError> {
+/// Refuses a cluster name that cannot be a folder name (it becomes part of every path).
+///
+/// # Errors
+/// [`AdoptError::BadCluster`].
+pub fn check_cluster(cluster: &str) -> Result<(), AdoptError> {
     let ok = cluster
         .bytes()
         .next()
@@ -151,7 +160,12 @@ fn check_cluster(cluster: &str) -> Result<(), AdoptError> {
 }
 
 /// The manifests and report for what was read (pure).
-fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption {
+fn build(
+    snapshot: &Snapshot,
+    cluster: &str,
+    ssh_keys: &SshKeyRefs,
+    existing: &Existing,
+) -> Adoption {
     let mut adoption = Adoption::default();
     let report = &mut adoption.report;
     report.cluster = cluster.to_owned();
@@ -163,6 +177,9 @@ fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption 
             reason: reason.clone(),
         }));
     let mut names: BTreeMap<Kind, Names> = BTreeMap::new();
+    for (kind, name) in &existing.names {
+        names.entry(*kind).or_default().reserve(name);
+    }
     let mut listed: Vec<(Kind, String, String, bool)> = Vec::new();
 
     let (found, skipped_files) = artifact::group(&snapshot.files);
@@ -173,24 +190,43 @@ fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption 
     );
     let mut isos = Isos::new();
     for artifact in &found {
+        let volid = artifact.volid();
+        let nodes: Vec<&str> = artifact.nodes.iter().map(String::as_str).collect();
+        let source = format!("{volid} on {}", nodes.join(", "));
+        let key = (
+            artifact.kind,
+            artifact.storage.clone(),
+            artifact.filename.clone(),
+        );
+        if let Some(declared) = existing.artifacts.get(&key) {
+            if artifact.kind == Kind::Iso {
+                for node in &artifact.nodes {
+                    isos.insert((node.clone(), volid.clone()), declared.clone());
+                }
+            }
+            report.skipped.push(Skipped {
+                what: source,
+                reason: format!("already declared as {}/{declared}", artifact.kind),
+            });
+            continue;
+        }
+        let header = format!("Adopted by `proxops adopt` from {source}.");
         let wanted = safe_name(artifact_stem(&artifact.filename), MAX_NAME_LEN);
         let suffix = safe_name(&artifact.storage, MAX_NAME_LEN).unwrap_or_default();
         let fallback = format!("{}-{}", artifact.kind.root(), suffix);
-        let name =
-            names
-                .entry(artifact.kind)
-                .or_default()
-                .claim(wanted.as_deref(), &suffix, &fallback);
-        let volid = artifact.volid();
+        let name = names.entry(artifact.kind).or_default().claim(
+            wanted.as_deref(),
+            &suffix,
+            &fallback,
+            |n| existing.may_write(&path_of(artifact.kind, cluster, n), &format!("# {header}")),
+        );
         if artifact.kind == Kind::Iso {
             for node in &artifact.nodes {
                 isos.insert((node.clone(), volid.clone()), name.clone());
             }
         }
-        let nodes: Vec<&str> = artifact.nodes.iter().map(String::as_str).collect();
-        let source = format!("{volid} on {}", nodes.join(", "));
         let comments = vec![
-            format!("Adopted by `proxops adopt` from {source}."),
+            header,
             "The URL is a placeholder: PVE does not record where a file was downloaded from."
                 .to_owned(),
         ];
@@ -199,6 +235,10 @@ fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption 
             &comments,
             &document(artifact.kind, &name, false, artifact.spec()),
         );
+        if existing.differs(&path, &text) {
+            report.skipped.push(kept(&path));
+            continue;
+        }
         report.placeholders.push(Placeholder {
             resource: format!("{}/{name}", artifact.kind),
             url: artifact.placeholder_url(),
@@ -228,6 +268,14 @@ fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption 
             });
             continue;
         }
+        if let Some(declared) = existing.guests.get(&guest.vmid) {
+            report.skipped.push(Skipped {
+                what,
+                reason: format!("already declared as {declared}"),
+            });
+            continue;
+        }
+        let header = format!("Adopted by `proxops adopt` from {what}.");
         let template = guest.config.is_template();
         let (kind, name_key, prefix) = match (guest.guest_type, template) {
             (GuestType::Qemu, false) => (Kind::Vm, "name", "vm"),
@@ -244,6 +292,7 @@ fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption 
             wanted.as_deref(),
             &vmid,
             &format!("{prefix}-{vmid}"),
+            |n| existing.may_write(&path_of(kind, cluster, n), &format!("# {header}")),
         );
         let resource = format!("{kind}/{name}");
         let mut mapping = Mapping::new(&guest.config, resource.clone());
@@ -253,7 +302,7 @@ fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption 
         };
         mapping.finish();
         let path = path_of(kind, cluster, &name);
-        let mut comments = vec![format!("Adopted by `proxops adopt` from {what}.")];
+        let mut comments = vec![header];
         if !mapping.fill.is_empty() {
             comments.push(
                 "INCOMPLETE: fill in the following, then list this file in resources.yaml:"
@@ -269,6 +318,10 @@ fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption 
             ));
         }
         let text = yaml::document(&comments, &document(kind, &name, true, spec));
+        if existing.differs(&path, &text) {
+            report.skipped.push(kept(&path));
+            continue;
+        }
         let complete = mapping.fill.is_empty();
         if !complete {
             report.incomplete.push(Incomplete {
@@ -304,6 +357,16 @@ fn build(snapshot: &Snapshot, cluster: &str, ssh_keys: &SshKeyRefs) -> Adoption 
     report.placeholders.sort();
     report.gaps.sort();
     adoption
+}
+
+/// A file adopt wrote before and that has changed since: never overwritten.
+fn kept(path: &str) -> Skipped {
+    Skipped {
+        what: path.to_owned(),
+        reason: "exists and differs from what adopt would write now (edited, or PVE changed): \
+                 left as is; move it away to adopt again"
+            .to_owned(),
+    }
 }
 
 /// `<kind-root>/<cluster>/<name>.yaml`.
@@ -389,7 +452,12 @@ mod tests {
     /// Renders each adopted guest and compares it with the config it came from: the only
     /// change is the ownership tag.
     fn assert_round_trip(snapshot: &Snapshot) {
-        let adoption = build(snapshot, "lab", &SshKeyRefs::default());
+        let adoption = build(
+            snapshot,
+            "lab",
+            &SshKeyRefs::default(),
+            &Existing::default(),
+        );
         let state = load_adopted(&adoption);
         let artifacts = Artifacts::from_manifest(&state.manifest);
         let mut checked = 0;
@@ -512,7 +580,12 @@ mod tests {
             skipped: Vec::new(),
         };
         assert_round_trip(&snapshot);
-        let adoption = build(&snapshot, "lab", &SshKeyRefs::default());
+        let adoption = build(
+            &snapshot,
+            "lab",
+            &SshKeyRefs::default(),
+            &Existing::default(),
+        );
         let web = &adoption.files["vm/lab/web-example-org.yaml"];
         assert!(web.contains("pve-name: web.example.org"), "{web}");
         assert!(web.contains("iso: netinst"), "{web}");
@@ -570,7 +643,12 @@ mod tests {
             }],
             skipped: Vec::new(),
         };
-        let mut adoption = build(&snapshot, "lab", &SshKeyRefs::default());
+        let mut adoption = build(
+            &snapshot,
+            "lab",
+            &SshKeyRefs::default(),
+            &Existing::default(),
+        );
         assert_eq!(adoption.report.incomplete.len(), 1);
         assert!(adoption.report.incomplete[0].fill[0].starts_with("spec.template"));
         assert!(
@@ -632,7 +710,12 @@ mod tests {
             files: Vec::new(),
             skipped: Vec::new(),
         };
-        let adoption = build(&snapshot, "lab", &SshKeyRefs::default());
+        let adoption = build(
+            &snapshot,
+            "lab",
+            &SshKeyRefs::default(),
+            &Existing::default(),
+        );
         let gaps: BTreeMap<&str, &str> = adoption
             .report
             .gaps
@@ -681,7 +764,12 @@ mod tests {
             files: Vec::new(),
             skipped: Vec::new(),
         };
-        let adoption = build(&snapshot, "lab", &SshKeyRefs::default());
+        let adoption = build(
+            &snapshot,
+            "lab",
+            &SshKeyRefs::default(),
+            &Existing::default(),
+        );
         let paths: Vec<&str> = adoption.files.keys().map(String::as_str).collect();
         assert_eq!(
             paths,
@@ -693,7 +781,15 @@ mod tests {
         );
         assert_eq!(adoption.report.skipped.len(), 1);
         assert_eq!(adoption.report.skipped[0].what, "qemu 503 on pve1");
-        assert_eq!(build(&snapshot, "lab", &SshKeyRefs::default()), adoption);
+        assert_eq!(
+            build(
+                &snapshot,
+                "lab",
+                &SshKeyRefs::default(),
+                &Existing::default()
+            ),
+            adoption
+        );
     }
 
     #[test]
@@ -734,7 +830,7 @@ mod tests {
             files: Vec::new(),
             skipped: Vec::new(),
         };
-        let adoption = build(&snapshot, "lab", &keys);
+        let adoption = build(&snapshot, "lab", &keys, &Existing::default());
         let all = &adoption.files["vm/lab/all.yaml"];
         assert!(
             all.contains("ssh-key-refs: [cloud-init.ssh-keys.ci, cloud-init.ssh-keys.admin]"),
@@ -752,6 +848,82 @@ mod tests {
         assert_eq!(gap.resource, "VM/some");
         assert!(gap.note.starts_with("1 of 2 keys"), "{}", gap.note);
         load_adopted(&adoption);
+    }
+
+    #[test]
+    fn what_the_repository_declares_is_skipped_and_its_files_and_names_are_left_alone() {
+        let vm = |vmid, name: &str, extra: &[(&'static str, &'static str)]| {
+            let mut pairs = vec![
+                ("name", name),
+                ("memory", "512"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-1-disk-0,size=1G"),
+            ];
+            pairs.extend_from_slice(extra);
+            qemu("pve1", vmid, "stopped", &pairs)
+        };
+        let snapshot = Snapshot {
+            nodes: vec!["pve1".to_owned()],
+            guests: vec![
+                vm(500, "web", &[]),
+                vm(501, "web", &[("ide2", "local:iso/netinst.iso,media=cdrom")]),
+                vm(502, "db", &[]),
+                vm(503, "cache", &[]),
+            ],
+            files: vec![iso("pve1")],
+            skipped: Vec::new(),
+        };
+        let fresh = build(
+            &snapshot,
+            "lab",
+            &SshKeyRefs::default(),
+            &Existing::default(),
+        );
+        let mut existing = Existing::default();
+        existing
+            .guests
+            .insert(500, "VM/web (vm/base/web.yaml)".to_owned());
+        existing.names.insert((Kind::Vm, "web".to_owned()));
+        existing.artifacts.insert(
+            (Kind::Iso, "local".to_owned(), "netinst.iso".to_owned()),
+            "installer".to_owned(),
+        );
+        existing.names.insert((Kind::Iso, "installer".to_owned()));
+        // Someone else's file where `db` would go, and adopt's own earlier file for `cache`,
+        // edited since.
+        existing
+            .files
+            .insert("vm/lab/db.yaml".to_owned(), "# mine\n".to_owned());
+        let cache = fresh.files["vm/lab/cache.yaml"].replace("512MiB", "1GiB");
+        existing.files.insert("vm/lab/cache.yaml".to_owned(), cache);
+
+        let adoption = build(&snapshot, "lab", &SshKeyRefs::default(), &existing);
+        let paths: Vec<&str> = adoption.files.keys().map(String::as_str).collect();
+        assert_eq!(paths, ["vm/lab/db-502.yaml", "vm/lab/web-501.yaml"]);
+        assert!(adoption.files["vm/lab/web-501.yaml"].contains("iso: installer"));
+        let skipped: Vec<(&str, &str)> = adoption
+            .report
+            .skipped
+            .iter()
+            .map(|s| (s.what.as_str(), s.reason.as_str()))
+            .collect();
+        assert_eq!(skipped.len(), 3, "{skipped:#?}");
+        assert_eq!(
+            skipped[0],
+            (
+                "local:iso/netinst.iso on pve1",
+                "already declared as ISO/installer"
+            )
+        );
+        assert_eq!(
+            skipped[1],
+            (
+                "qemu 500 on pve1",
+                "already declared as VM/web (vm/base/web.yaml)"
+            )
+        );
+        assert_eq!(skipped[2].0, "vm/lab/cache.yaml");
     }
 
     #[test]

@@ -47,22 +47,36 @@ pub(crate) struct Names {
 }
 
 impl Names {
+    /// Marks a name as taken (a resource the repository already declares).
+    pub(crate) fn reserve(&mut self, name: &str) {
+        self.taken.insert(name.to_owned());
+    }
+
     /// A unique name from `wanted` (already safe), else from `wanted-<suffix>`, else
-    /// `wanted-<suffix>-<n>`; `fallback` when `wanted` is `None`.
-    pub(crate) fn claim(&mut self, wanted: Option<&str>, suffix: &str, fallback: &str) -> String {
+    /// `wanted-<suffix>-<n>`; `fallback` when `wanted` is `None`. A candidate `usable` refuses
+    /// (its file holds something else) is passed over too.
+    pub(crate) fn claim(
+        &mut self,
+        wanted: Option<&str>,
+        suffix: &str,
+        fallback: &str,
+        usable: impl Fn(&str) -> bool,
+    ) -> String {
         let base = wanted.unwrap_or(fallback);
-        let mut candidates = vec![base.to_owned(), with_suffix(base, suffix)];
-        for n in 2.. {
-            let candidate = with_suffix(base, &format!("{suffix}-{n}"));
-            if !self.taken.contains(&candidate) {
-                candidates.push(candidate);
+        let free = |taken: &BTreeSet<String>, c: &str| !taken.contains(c) && usable(c);
+        let mut name = None;
+        for candidate in [base.to_owned(), with_suffix(base, suffix)] {
+            if free(&self.taken, &candidate) {
+                name = Some(candidate);
                 break;
             }
         }
-        let name = candidates
-            .into_iter()
-            .find(|c| !self.taken.contains(c))
-            .unwrap_or_else(|| fallback.to_owned());
+        let name = name.unwrap_or_else(|| {
+            (2u32..)
+                .map(|n| with_suffix(base, &format!("{suffix}-{n}")))
+                .find(|c| free(&self.taken, c))
+                .unwrap_or_else(|| fallback.to_owned())
+        });
         self.taken.insert(name.clone());
         name
     }
@@ -108,9 +122,16 @@ mod tests {
     #[test]
     fn a_taken_name_gets_the_suffix_then_a_counter() {
         let mut names = Names::default();
-        assert_eq!(names.claim(Some("web"), "101", "vm-101"), "web");
-        assert_eq!(names.claim(Some("web"), "102", "vm-102"), "web-102");
-        assert_eq!(names.claim(Some("web"), "102", "vm-102"), "web-102-2");
-        assert_eq!(names.claim(None, "103", "vm-103"), "vm-103");
+        let any = |_: &str| true;
+        assert_eq!(names.claim(Some("web"), "101", "vm-101", any), "web");
+        assert_eq!(names.claim(Some("web"), "102", "vm-102", any), "web-102");
+        assert_eq!(names.claim(Some("web"), "102", "vm-102", any), "web-102-2");
+        assert_eq!(names.claim(None, "103", "vm-103", any), "vm-103");
+        names.reserve("db");
+        let not_db_104 = |n: &str| n != "db-104";
+        assert_eq!(
+            names.claim(Some("db"), "104", "vm-104", not_db_104),
+            "db-104-2"
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use proxops_pve::PveClient;
 
-use crate::adopt::{self, SshKeyRefs};
+use crate::adopt::{self, Existing, SshKeyRefs};
 use crate::cli::Exit;
 use crate::cli::pass::DEFAULT_CONFIG;
 use crate::config::{AgentConfig, NodeScope};
@@ -56,11 +56,14 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
     };
     let pve = PveClient::new(config.pve.client_config())
         .with_context(|| format!("connecting to PVE at {}", config.pve.url))?;
-    let (ssh_keys, note) = ssh_key_refs(args, &cluster, &config);
-    let mut adoption = adopt::adopt(&pve, &scope, &cluster, &ssh_keys)
+    adopt::check_cluster(&cluster)?;
+    let (existing, existing_note) = Existing::read(&args.out, &cluster);
+    let (ssh_keys, ssh_note) = ssh_key_refs(args, &cluster, &config);
+    let mut adoption = adopt::adopt(&pve, &scope, &cluster, &ssh_keys, &existing)
         .await
         .with_context(|| format!("adopting from PVE at {}", config.pve.url))?;
-    adoption.report.notes.extend(note);
+    adoption.report.notes.extend(existing_note);
+    adoption.report.notes.extend(ssh_note);
     adopt::write(&args.out, &adoption)?;
     if args.json {
         output::print_json(&adoption.report)?;

@@ -446,6 +446,19 @@ async fn an_adopted_cluster_validates_plans_only_the_ownership_tag_and_converges
     let again = world.proxops(&["plan", "--node", "*"]).await;
     assert_ok(&again);
     assert!(stdout(&again).contains("no changes"), "{}", stdout(&again));
+
+    // Adopting again finds everything declared: nothing is written, no file changes (the
+    // operator's filled-in templates stay).
+    let before = tree(&world.repo());
+    let third = adopt(&world).await;
+    assert_ok(&third);
+    let report = stdout(&third);
+    assert!(report.contains(": 0 manifests written"), "{report}");
+    assert!(
+        report.contains("lxc 200 on pve1: already declared as LXC/data-ct (lxc/lab/data-ct.yaml)"),
+        "{report}"
+    );
+    assert_eq!(tree(&world.repo()), before);
     crate::sim::assert_all_requests_valid(&world);
 }
 
@@ -521,8 +534,9 @@ async fn adopt_fails_when_its_client_has_counted_a_write() {
     let pve = proxops_pve::PveClient::new(config.pve.client_config()).unwrap();
     let scope = proxops::config::NodeScope::Node("pve1".to_owned());
     let no_keys = proxops::adopt::SshKeyRefs::default();
+    let empty = proxops::adopt::Existing::default();
     assert!(
-        proxops::adopt::adopt(&pve, &scope, "lab", &no_keys)
+        proxops::adopt::adopt(&pve, &scope, "lab", &no_keys, &empty)
             .await
             .is_ok()
     );
@@ -534,7 +548,7 @@ async fn adopt_fails_when_its_client_has_counted_a_write() {
         &proxops_pve::request::Params::new().set("memory", "512"),
     );
     pve.execute(&create).await.unwrap();
-    let error = proxops::adopt::adopt(&pve, &scope, "lab", &no_keys)
+    let error = proxops::adopt::adopt(&pve, &scope, "lab", &no_keys, &empty)
         .await
         .unwrap_err();
     assert!(
