@@ -105,7 +105,14 @@ struct Fetched {
 async fn fetch(deps: &PassDeps) -> Result<Fetched, String> {
     let source = deps.source.clone();
     let interrupt = deps.interrupt.clone();
-    let fetched = tokio::task::spawn_blocking(move || source.fetch(&interrupt)).await;
+    // On failure the last good revision is looked up in the same blocking task: it may
+    // have to be read from the mirror (after a restart).
+    let fetched = tokio::task::spawn_blocking(move || {
+        source
+            .fetch(&interrupt)
+            .map_err(|error| (error_text(&error), source.last_good()))
+    })
+    .await;
     match fetched {
         Ok(Ok(revision)) => {
             deps.live.set_source_error(None, false);
@@ -121,9 +128,7 @@ async fn fetch(deps: &PassDeps) -> Result<Fetched, String> {
                 source_error: None,
             })
         }
-        Ok(Err(error)) => {
-            let text = error_text(&error);
-            let last_good = deps.source.last_good();
+        Ok(Err((text, last_good))) => {
             deps.live
                 .set_source_error(Some(text.clone()), last_good.is_some());
             match last_good {

@@ -328,12 +328,42 @@ impl GitSource {
         &self.mirror
     }
 
-    /// The last revision a `fetch` returned successfully in this process.
+    /// The last revision a `fetch` returned successfully: in this process, or else the one
+    /// an earlier run left in the mirror (its tracking ref moves only on a good fetch), so a
+    /// restarted agent keeps the last good revision in force while the remote is down.
+    /// Blocks (reads the mirror) when nothing was fetched in this process.
     pub fn last_good(&self) -> Option<Revision> {
-        self.last_good
+        if let Some(revision) = self
+            .last_good
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+        {
+            return Some(revision);
+        }
+        let _one_at_a_time = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.mirrored_tip() {
+            Ok(revision) => revision,
+            Err(error) => {
+                tracing::debug!(%error, "no last good revision in the mirror");
+                None
+            }
+        }
+    }
+
+    /// The revision the mirror's tracking ref points to, read from its tree.
+    fn mirrored_tip(&self) -> Result<Option<Revision>, SourceError> {
+        let repo = self.open_mirror()?;
+        let Some(commit) = self.tracking_tip(&repo, &tracking_ref(&self.branch))? else {
+            return Ok(None);
+        };
+        let files = tree::read_manifest_files(&repo, commit, &self.sub_path)?;
+        Ok(Some(Revision {
+            commit: commit.to_string(),
+            files,
+            previous: None,
+            force_pushed: false,
+        }))
     }
 
     /// Fetches the branch and reads the manifest files of its tip. Blocks; setting
@@ -692,7 +722,11 @@ mod tests {
         let second = repo.commit_files(&[("a.yaml", "a: 2\n")], "second");
 
         let restarted = open(&repo.url(), state.path());
-        assert_eq!(restarted.last_good(), None);
+        // Before any fetch, the last good revision is the one the mirror holds.
+        assert_eq!(
+            restarted.last_good().map(|r| r.commit).as_deref(),
+            Some(first.as_str())
+        );
         let revision = fetch(&restarted).unwrap();
 
         assert_eq!(revision.commit, second);
@@ -864,6 +898,35 @@ mod tests {
         );
         assert!(!err.is_transient());
         assert_eq!(source.last_good(), Some(good));
+    }
+
+    #[test]
+    fn a_reopened_source_offers_the_revision_an_earlier_run_fetched_as_last_good() {
+        let repo = TestRepo::new();
+        let commit = repo.commit_files(&[("a.yaml", "a: 1\n")], "first");
+        let state = tempfile::tempdir().unwrap();
+        let daemon = repo.serve();
+        let url = daemon.url("origin.git");
+        let good = fetch(&open(&url, state.path())).unwrap();
+        drop(daemon);
+
+        let restarted = open(&url, state.path());
+        assert!(fetch(&restarted).is_err(), "the remote is down");
+        let last = restarted.last_good().unwrap();
+        assert_eq!(last.commit, commit);
+        assert_eq!(last.files, good.files);
+        assert!(!last.force_pushed);
+    }
+
+    #[test]
+    fn a_fresh_mirror_has_no_last_good_revision() {
+        let state = tempfile::tempdir().unwrap();
+        let source = open(
+            &format!("git://127.0.0.1:{}/r.git", closed_port()),
+            state.path(),
+        );
+        assert!(fetch(&source).is_err());
+        assert_eq!(source.last_good(), None);
     }
 
     #[test]

@@ -97,7 +97,7 @@ impl Agent {
     }
 
     /// Starts the agent again on the same config and state directory.
-    fn respawn(&mut self) {
+    pub(crate) fn respawn(&mut self) {
         self.child = spawn_agent(&self.config, &self.log);
     }
 

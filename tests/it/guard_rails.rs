@@ -47,7 +47,12 @@ async fn wait_for_pass(
 ) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let passes = agent.get("/api/v1/revisions?limit=1000").await;
+        // A restarted agent may not listen yet.
+        let url = format!("http://{}/api/v1/revisions?limit=1000", agent.listen);
+        let passes = match agent.http.get(url).send().await {
+            Ok(response) => response.json::<serde_json::Value>().await.unwrap(),
+            Err(_) => serde_json::Value::Array(Vec::new()),
+        };
         if let Some(pass) = passes.as_array().unwrap().iter().find(|p| found(p)) {
             return pass.clone();
         }
@@ -141,6 +146,21 @@ async fn an_unreachable_remote_or_deleted_branch_keeps_the_last_good_revision_an
         true
     );
     assert!(cli_text(&agent, "status").contains("DESIRED STATE IS STALE"));
+
+    // Restarted while the remote is still down: the mirror's last good revision stays in
+    // force (nothing rolled back, nothing failed).
+    let before = agent.get("/api/v1/revisions?limit=1").await[0]["id"]
+        .as_i64()
+        .unwrap();
+    assert!(agent.terminate().success());
+    agent.respawn();
+    let after = wait_for_pass(&agent, "stale after a restart", |p| {
+        p["id"].as_i64().unwrap() > before && p["outcome"].is_string()
+    })
+    .await;
+    assert_eq!(after["commit"].as_str(), Some(good.as_str()), "{after}");
+    assert_eq!(after["desired_stale"], true, "{after}");
+    assert_eq!(after["outcome"], "no-change", "{after}");
 
     // It comes back: the next fetch clears the mark.
     let mut daemon = git_daemon_on(repo.root(), port);
