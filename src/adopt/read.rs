@@ -5,11 +5,18 @@
 //! from half a cluster would look complete and not be.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use proxops_core::guest::{GuestType, LiveConfig, LiveError};
 use proxops_core::plan::NodeScope;
 use proxops_pve::{ContentType, PveClient, PveError, request};
 use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// Guest config reads in flight at once (as `observe.rs`: PVE serves them in parallel, and
+/// the agent shares its node with the guests).
+const CONFIG_READS: usize = 16;
 
 /// What adopt read from PVE.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,6 +80,9 @@ pub enum ReadError {
         #[source]
         source: LiveError,
     },
+    /// A read task panicked (a bug).
+    #[error("a guest config read stopped unexpectedly: {0}")]
+    Panicked(String),
     /// A listing entry had no usable vmid.
     #[error("GET /nodes/{node}/{guest_type}: an entry has no vmid")]
     NoVmid {
@@ -111,27 +121,29 @@ pub(crate) async fn read(pve: &PveClient, scope: &NodeScope) -> Result<Snapshot,
     nodes.sort();
     nodes.dedup();
     let mut snapshot = Snapshot::default();
+    let mut listed = Vec::new();
     for node in &nodes {
         for guest_type in [GuestType::Qemu, GuestType::Lxc] {
-            snapshot
-                .guests
-                .extend(read_guests(pve, node, guest_type).await?);
+            for (vmid, status) in list_guests(pve, node, guest_type).await? {
+                listed.push((node.clone(), guest_type, vmid, status));
+            }
         }
         let (files, skipped) = read_files(pve, node).await?;
         snapshot.files.extend(files);
         snapshot.skipped.extend(skipped);
     }
-    snapshot.guests.sort_by_key(|g| g.vmid);
+    snapshot.guests = read_configs(pve, listed).await?;
     snapshot.files.sort();
     snapshot.nodes = nodes;
     Ok(snapshot)
 }
 
-async fn read_guests(
+/// The vmids and statuses `GET /nodes/{node}/qemu|lxc` lists.
+async fn list_guests(
     pve: &PveClient,
     node: &str,
     guest_type: GuestType,
-) -> Result<Vec<Guest>, ReadError> {
+) -> Result<BTreeMap<u32, String>, ReadError> {
     let list_req = match guest_type {
         GuestType::Qemu => request::qemu_list(node),
         GuestType::Lxc => request::lxc_list(node),
@@ -160,34 +172,69 @@ async fn read_guests(
         let status = entry["status"].as_str().unwrap_or("unknown").to_owned();
         entries.insert(vmid, status);
     }
-    let mut guests = Vec::with_capacity(entries.len());
-    for (vmid, status) in entries {
-        let config_req = match guest_type {
-            GuestType::Qemu => request::qemu_config(node, vmid, false),
-            GuestType::Lxc => request::lxc_config(node, vmid, false),
-        };
-        let what = format!("{} {vmid} on {node}", guest_type.as_str());
-        let body = pve
-            .execute(&config_req)
-            .await
-            .map_err(|source| ReadError::Request {
-                what: format!("the config of {what}"),
-                source,
-            })?;
-        let config =
-            LiveConfig::from_json(guest_type, &body).map_err(|source| ReadError::Config {
-                guest: what,
-                source,
-            })?;
-        guests.push(Guest {
-            node: node.to_owned(),
-            vmid,
-            guest_type,
-            status,
-            config,
+    Ok(entries)
+}
+
+/// Every listed guest's config, [`CONFIG_READS`] at a time; sorted by vmid. When reads fail,
+/// the error of the lowest vmid is returned, so the same cluster always gives the same error.
+async fn read_configs(
+    pve: &PveClient,
+    listed: Vec<(String, GuestType, u32, String)>,
+) -> Result<Vec<Guest>, ReadError> {
+    let permits = Arc::new(Semaphore::new(CONFIG_READS));
+    let mut reads = JoinSet::new();
+    for (node, guest_type, vmid, status) in listed {
+        let pve = pve.clone();
+        let permits = Arc::clone(&permits);
+        reads.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let result = read_config(&pve, &node, guest_type, vmid).await;
+            (
+                vmid,
+                result.map(|config| Guest {
+                    node,
+                    vmid,
+                    guest_type,
+                    status,
+                    config,
+                }),
+            )
         });
     }
-    Ok(guests)
+    let mut results = BTreeMap::new();
+    while let Some(joined) = reads.join_next().await {
+        match joined {
+            Ok((vmid, result)) => {
+                results.insert(vmid, result);
+            }
+            Err(error) => return Err(ReadError::Panicked(error.to_string())),
+        }
+    }
+    results.into_values().collect()
+}
+
+async fn read_config(
+    pve: &PveClient,
+    node: &str,
+    guest_type: GuestType,
+    vmid: u32,
+) -> Result<LiveConfig, ReadError> {
+    let config_req = match guest_type {
+        GuestType::Qemu => request::qemu_config(node, vmid, false),
+        GuestType::Lxc => request::lxc_config(node, vmid, false),
+    };
+    let what = format!("{} {vmid} on {node}", guest_type.as_str());
+    let body = pve
+        .execute(&config_req)
+        .await
+        .map_err(|source| ReadError::Request {
+            what: format!("the config of {what}"),
+            source,
+        })?;
+    LiveConfig::from_json(guest_type, &body).map_err(|source| ReadError::Config {
+        guest: what,
+        source,
+    })
 }
 
 /// The artifact files on one node, and the storages that could not be listed.
