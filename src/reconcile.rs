@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use proxops_core::diagnostic::Diagnostic;
-use proxops_core::plan::{self, DEFAULT_MAX_PRUNE, Inventory, NodeScope, Plan, Policy};
+use proxops_core::plan::{self, Creation, DEFAULT_MAX_PRUNE, Inventory, NodeScope, Plan, Policy};
 use proxops_core::repository::{DesiredState, Layout};
 use proxops_pve::PveClient;
 use serde::Serialize;
@@ -45,6 +45,10 @@ pub struct PlanOptions {
     /// The owned guests as recorded by the agent's store; `None` (the CLI, which has no
     /// store) counts every observed guest with the ownership tag.
     pub inventory: Option<Inventory>,
+    /// How owned guests were created (node, vmid, facts), as the agent's store recorded
+    /// it: a changed clone source, CT template or disk image is then a requires-recreate
+    /// finding. Empty for the CLI, which has no store.
+    pub created: Vec<(String, u32, Creation)>,
 }
 
 impl Default for PlanOptions {
@@ -55,6 +59,7 @@ impl Default for PlanOptions {
             max_prune: DEFAULT_MAX_PRUNE,
             restart_on_change: false,
             inventory: None,
+            created: Vec::new(),
         }
     }
 }
@@ -176,7 +181,8 @@ pub async fn observe_and_plan_with(
     let inventory = match &options.inventory {
         Some(inventory) => inventory.clone(),
         None => Inventory::from_tags(&observed),
-    };
+    }
+    .with_created(options.created.iter().cloned());
     let policy = Policy {
         scope: ctx.scope.clone(),
         prune: options.prune,

@@ -144,6 +144,7 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
                 max_prune: config.policy.max_prune,
                 restart_on_change: config.policy.restart_on_change,
                 inventory: None,
+                created: Vec::new(),
             },
         },
         schedule,

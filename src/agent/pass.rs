@@ -260,7 +260,12 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         }
     };
 
-    let plan = reconcile::observe_and_plan_with(&deps.context, &desired, &deps.plan_options).await;
+    // How the owned guests were created, for requires-recreate findings (PVE keeps no
+    // clone source, CT template or imported image); unreadable → nothing compared.
+    let mut options = deps.plan_options.clone();
+    options.created = with_store(&deps.store, |s| log_store_error(s.creations(None)))
+        .unwrap_or_default();
+    let plan = reconcile::observe_and_plan_with(&deps.context, &desired, &options).await;
     if let Some(reason) = &plan.aborted {
         // Fail closed: without the guest listing nothing is written, and the findings of
         // this pass say nothing about drift (recording them would resolve every open one).

@@ -81,6 +81,7 @@ impl PassArgs {
             max_prune: config.policy.max_prune,
             restart_on_change: config.policy.restart_on_change,
             inventory: None,
+            created: Vec::new(),
         };
         Ok(Prepared {
             files,

@@ -6,8 +6,12 @@
 //! so a failed delete stays and is retried by the next pass. Storage artifacts are never
 //! pruned and are not recorded here.
 
+use std::collections::BTreeMap;
+
+use proxops_core::plan::Creation;
 use proxops_core::resource::ResourceId;
 use rusqlite::params;
+use serde_json::Value;
 
 use super::{ALL_NODES, Result, Store};
 
@@ -97,6 +101,70 @@ impl Store {
     }
 }
 
+impl Store {
+    /// How each owned guest on `node` (or every node, `None` or `"*"`) was created: from its
+    /// last succeeded `create` or `clone` action, whose recorded detail holds the create
+    /// parameters or the clone source. PVE keeps neither (the clone source, `ostemplate`,
+    /// `import-from`), and the planner needs them to report a changed one as
+    /// requires-recreate. Guests without such a record (adopted, created by the Go program)
+    /// are left out.
+    ///
+    /// # Errors
+    /// When the query fails or a recorded detail is not the JSON this binary writes.
+    pub fn creations(&self, node: Option<&str>) -> Result<Vec<(String, u32, Creation)>> {
+        let operation = "reading how owned guests were created";
+        let query_error = self.query_error(operation);
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT a.node, i.vmid, a.detail FROM actions a JOIN inventory i \
+                 ON i.node = a.node AND i.vmid = json_extract(a.detail, '$.vmid') \
+                 WHERE a.verb IN ('create', 'clone') AND a.result = 'succeeded' \
+                 AND (?1 = ?2 OR a.node = ?1) ORDER BY a.id",
+            )
+            .map_err(&query_error)?;
+        let rows = statement
+            .query_map(params![node.unwrap_or(ALL_NODES), ALL_NODES], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, u32>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(&query_error)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(&query_error)?;
+        // A guest deleted and created again: its last creation counts.
+        let mut latest = BTreeMap::new();
+        for (node, vmid, detail) in rows {
+            let creation = creation_of(&detail).ok_or_else(|| self.corrupt(operation, detail))?;
+            latest.insert((node, vmid), creation);
+        }
+        Ok(latest
+            .into_iter()
+            .map(|((node, vmid), creation)| (node, vmid, creation))
+            .collect())
+    }
+}
+
+/// The creation facts in a recorded `create` or `clone` detail (`Verb` as JSON).
+fn creation_of(detail: &str) -> Option<Creation> {
+    let verb: Value = serde_json::from_str(detail).ok()?;
+    match verb.get("verb")?.as_str()? {
+        "clone" => Some(Creation::cloned_from(verb.get("source")?.as_str()?)),
+        "create" => {
+            let params: BTreeMap<String, String> = verb
+                .get("params")?
+                .as_object()?
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect();
+            Some(Creation::created_with(&params))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proxops_core::resource::Kind;
@@ -122,6 +190,80 @@ mod tests {
         assert!(store.remove_owned("pve1", 101).unwrap());
         assert!(!store.remove_owned("pve1", 101).unwrap(), "already gone");
         assert_eq!(store.owned(Some("pve1")).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn how_an_owned_guest_was_created_comes_from_its_last_succeeded_create_or_clone() {
+        use std::time::{Duration, UNIX_EPOCH};
+
+        use proxops_core::guest::GuestType;
+        use proxops_core::plan::{Action, CloneFrom, Create, Verb};
+
+        use crate::store::{ActionOutcome, Trigger};
+
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(1_764_400_000 + s);
+        let mut store = Store::memory().unwrap();
+        let pass = store
+            .begin_pass("pve1", Some("aaa"), Trigger::Poll, at(0))
+            .unwrap();
+        let ok = ActionOutcome::Succeeded {
+            exitstatus: "OK".into(),
+        };
+        let mut record = |name: &str, verb: Verb, outcome: &ActionOutcome| {
+            let action = Action {
+                resource: ResourceId::new(Kind::Vm, name),
+                node: "pve1".into(),
+                verb,
+                reason: "no guest has this vmid".into(),
+            };
+            let id = store.record_action_started(pass, &action, at(1)).unwrap();
+            store.record_action_result(id, outcome, at(2)).unwrap();
+        };
+        let params = [
+            ("scsi0", "local-lvm:0,import-from=local:import/deb13.qcow2"),
+            ("memory", "2048"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
+        let create = Verb::Create(Create {
+            vmid: 101,
+            guest_type: GuestType::Qemu,
+            params,
+            grow: Vec::new(),
+        });
+        let clone = |source: &str| {
+            Verb::Clone(CloneFrom {
+                vmid: 103,
+                source: source.into(),
+                source_vmid: 9000,
+                name: "app".into(),
+            })
+        };
+        record("web", create, &ok);
+        record("app", clone("golden"), &ok);
+        record("app", clone("golden-v2"), &ok);
+        let failed = ActionOutcome::Failed {
+            error: "boom".into(),
+        };
+        record("app", clone("golden-v3"), &failed);
+        store
+            .upsert_owned("pve1", &ResourceId::new(Kind::Vm, "web"), 101)
+            .unwrap();
+        store
+            .upsert_owned("pve1", &ResourceId::new(Kind::Vm, "app"), 103)
+            .unwrap();
+
+        let creations = store.creations(None).unwrap();
+        assert_eq!(creations.len(), 2);
+        assert_eq!(creations[0].1, 101);
+        assert_eq!(creations[0].2.imports["scsi0"], "local:import/deb13.qcow2");
+        assert_eq!(
+            creations[1],
+            ("pve1".to_owned(), 103, Creation::cloned_from("golden-v2"))
+        );
+        // Forgotten once deleted.
+        store.remove_owned("pve1", 103).unwrap();
+        assert_eq!(store.creations(Some("pve1")).unwrap().len(), 1);
     }
 
     #[test]

@@ -173,23 +173,32 @@ impl Creation {
     /// The creation facts of a create or clone action (`None` for other verbs).
     pub fn of(verb: &Verb) -> Option<Self> {
         match verb {
-            Verb::Clone(clone) => Some(Self {
-                clone: Some(clone.source.clone()),
-                ..Self::default()
-            }),
-            Verb::Create(create) => Some(Self {
-                clone: None,
-                ostemplate: create.params.get("ostemplate").cloned(),
-                imports: create
-                    .params
-                    .iter()
-                    .filter_map(|(slot, value)| {
-                        let props = guest::PropertyString::parse(value, Some("file"));
-                        Some((slot.clone(), props.get("import-from")?.to_owned()))
-                    })
-                    .collect(),
-            }),
+            Verb::Clone(clone) => Some(Self::cloned_from(&clone.source)),
+            Verb::Create(create) => Some(Self::created_with(&create.params)),
             _ => None,
+        }
+    }
+
+    /// A guest fully cloned from the TemplateVM `source`.
+    pub fn cloned_from(source: &str) -> Self {
+        Self {
+            clone: Some(source.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    /// A guest created with these create parameters.
+    pub fn created_with(params: &BTreeMap<String, String>) -> Self {
+        Self {
+            clone: None,
+            ostemplate: params.get("ostemplate").cloned(),
+            imports: params
+                .iter()
+                .filter_map(|(slot, value)| {
+                    let props = guest::PropertyString::parse(value, Some("file"));
+                    Some((slot.clone(), props.get("import-from")?.to_owned()))
+                })
+                .collect(),
         }
     }
 }
