@@ -1113,3 +1113,75 @@ async fn a_guest_that_ignores_acpi_is_stopped_hard_after_the_shutdown_timeout() 
     assert_eq!(api.status("pve1", "qemu", 150).await, "running");
     assert_all_requests_valid(&world);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_reports_a_changed_clone_source_as_requires_recreate_and_keeps_the_vm() {
+    use crate::agent::{Agent, commit_of};
+    use crate::git_server::TestRepo;
+
+    let world = World::start(&[("debian.qcow2", IMAGE)]).await;
+    let api = Api::new(&world);
+    let repo = TestRepo::new();
+    let image = artifact(
+        "DiskImage",
+        "debian-cloud",
+        &["pve1"],
+        "debian-13-genericcloud.qcow2",
+        &format!("{}/debian.qcow2", world.files_url),
+        None,
+    );
+    let golden_v2 = template_vm(9001).replace("name: golden", "name: golden-v2");
+    let app = clone_vm("app", 103).replace("  memory:", "  state: stopped\n  memory:");
+    let first = repo.commit_files(
+        &[
+            ("diskimage/debian-cloud.yaml", image.as_str()),
+            ("templatevm/golden.yaml", template_vm(9000).as_str()),
+            ("templatevm/golden-v2.yaml", golden_v2.as_str()),
+            ("vm/app.yaml", app.as_str()),
+        ],
+        "two templates, one clone",
+    );
+    let agent = Agent::start_polling(&world, &repo, "pve1", "1s").await;
+    agent
+        .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(first.as_str()))
+        .await;
+    assert_eq!(api.status("pve1", "qemu", 103).await, "stopped");
+
+    let moved = app.replace("clone: golden", "clone: golden-v2");
+    repo.commit_files(
+        &[("vm/app.yaml", moved.as_str())],
+        "clone app from golden-v2",
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let finding = loop {
+        let drift = agent.get("/api/v1/drift").await;
+        if let Some(f) = drift["open"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["resource"] == "VM/app" && f.to_string().contains("spec.clone"))
+        {
+            break f.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no requires-recreate finding: {drift}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let text = finding.to_string();
+    assert!(text.contains("requires-recreate"), "{text}");
+    assert!(text.contains("golden-v2"), "{text}");
+    // Never destroyed, never cloned a second time.
+    assert!(api.vmids().await.contains(&103));
+    assert!(
+        world
+            .writes()
+            .iter()
+            .all(|r| r.method != "DELETE" && !r.path.ends_with("/103/clone")),
+        "{:?}",
+        world.writes()
+    );
+    let mut agent = agent;
+    assert!(agent.terminate().success());
+}
