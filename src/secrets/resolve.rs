@@ -287,6 +287,73 @@ mod tests {
         assert!(!text.contains("AdminKeyForTestsOnly"), "{text}");
     }
 
+    /// The fixture repository's files, as a revision holds them.
+    fn revision() -> BTreeMap<String, String> {
+        let repo = fixtures().join("sops-repo");
+        crate::source::directory::read_manifest_files(&repo).unwrap()
+    }
+
+    fn desired(files: &BTreeMap<String, String>) -> DesiredState {
+        let loaded = proxops_core::repository::load(files);
+        assert!(!loaded.has_errors(), "{:?}", loaded.diagnostics);
+        loaded.states.into_iter().next().unwrap()
+    }
+
+    fn resolved(desired: &DesiredState) -> Option<&ResolvedCloudInit> {
+        let id = proxops_core::resource::ResourceId::new(proxops_core::resource::Kind::Vm, "web");
+        match &desired.manifest.get(&id)?.spec {
+            Some(Spec::Vm(vm)) => vm.cloud_init_data.resolved.as_ref(),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn secrets_a_desired_state_gets_its_refs_from_the_document_in_the_revision() {
+        let files = revision();
+        let mut state = desired(&files);
+        resolve_desired(&mut state, &files, &config()).unwrap();
+        let values = resolved(&state).expect("resolved");
+        assert_eq!(values.ssh_keys.len(), 2);
+        assert!(values.ssh_keys[0].expose().ends_with("admin@example"));
+        assert_eq!(
+            values.password.as_ref().map(Sealed::expose),
+            Some("s3cr3t-Passw0rd")
+        );
+    }
+
+    #[test]
+    fn secrets_the_agent_config_can_name_a_document_outside_the_revision() {
+        let mut files = revision();
+        files.remove("clusters/lab/secrets.sops.yaml");
+        let mut state = desired(&files);
+        let err = resolve_desired(&mut state, &files, &config()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "clusters/lab/secrets.sops.yaml: the SOPS document holding the cloud-init references of cluster `lab` is not in the revision"
+        );
+        assert!(resolved(&state).is_none());
+        let outside = SecretsConfig {
+            file: Some(fixtures().join("sops/proxops/proxops.sops.yaml")),
+            ..config()
+        };
+        resolve_desired(&mut state, &files, &outside).unwrap();
+        assert!(resolved(&state).is_some());
+    }
+
+    #[test]
+    fn secrets_a_desired_state_without_refs_needs_no_document_or_identity() {
+        let mut files = revision();
+        files.remove("clusters/lab/secrets.sops.yaml");
+        let vm = files.get_mut("vm/base/web.yaml").unwrap();
+        *vm = vm
+            .lines()
+            .filter(|l| !l.contains("-ref") && !l.contains("- cloud-init."))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut state = desired(&files);
+        resolve_desired(&mut state, &files, &SecretsConfig::default()).unwrap();
+    }
+
     #[test]
     fn secrets_document_path_prefers_the_agent_config_then_config_yaml() {
         let repo = fixtures().join("sops-repo");
