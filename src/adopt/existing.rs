@@ -55,10 +55,12 @@ impl Existing {
                 existing.files.insert(path.clone(), text.clone());
             }
         }
-        let loaded = load(&files);
-        if !loaded.clusters.iter().any(|c| c == cluster) {
+        // Without the cluster's composition nothing is declared, and loading would only
+        // parse every file (adopt's own earlier output, for one) for nothing.
+        if !files.contains_key(&format!("clusters/{cluster}/resources.yaml")) {
             return (existing, None);
         }
+        let loaded = load(&files);
         let Some(state) = loaded.state(Some(cluster)) else {
             let note = format!(
                 "the repository's cluster {cluster} does not validate (run `proxops validate`): \
