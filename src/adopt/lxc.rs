@@ -20,10 +20,17 @@ const PVE_DEFAULT_MIB: u64 = 512;
 const MAX_SLOT: u32 = 255;
 
 /// What the operator must add before the manifest validates.
-pub(crate) const FILL_TEMPLATE: &str = "spec.template: the CTTemplate this container was created from (PVE does not keep `ostemplate`)";
+const FILL_TEMPLATE: &str = "spec.template: the CTTemplate this container was created from (PVE does not keep `ostemplate`)";
 
 /// The `spec` of one lxc guest; `name` is its `metadata.name`.
-pub(crate) fn spec(guest: &Guest, kind: Kind, name: &str, m: &mut Mapping<'_>) -> Map {
+/// `ctts` are the CTTemplate names on the guest's node, offered as candidates.
+pub(crate) fn spec(
+    guest: &Guest,
+    kind: Kind,
+    name: &str,
+    ctts: &[String],
+    m: &mut Mapping<'_>,
+) -> Map {
     let mut spec = Map::new();
     spec.set("node", guest.node.as_str());
     spec.set("vmid", guest.vmid);
@@ -35,7 +42,15 @@ pub(crate) fn spec(guest: &Guest, kind: Kind, name: &str, m: &mut Mapping<'_>) -
         };
         spec.set("state", state);
     }
-    m.fill.push(FILL_TEMPLATE.to_owned());
+    let candidates = if ctts.is_empty() {
+        format!(
+            "; no CTTemplate file was found on {}: adopt or declare one there first",
+            guest.node
+        )
+    } else {
+        format!("; CTTemplates on {}: {}", guest.node, ctts.join(", "))
+    };
+    m.fill.push(format!("{FILL_TEMPLATE}{candidates}"));
     spec.set("memory", mib(m, "memory"));
     if m.config.get("swap").is_some() {
         spec.set("swap", mib(m, "swap"));

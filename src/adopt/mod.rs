@@ -22,7 +22,7 @@ mod ssh_keys;
 mod vm;
 mod yaml;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use proxops_core::guest::GuestType;
@@ -189,6 +189,8 @@ fn build(
             .map(|(what, reason)| Skipped { what, reason }),
     );
     let mut isos = Isos::new();
+    // CTTemplate names per node: the candidates for an adopted container's `template`.
+    let mut ctts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for artifact in &found {
         let volid = artifact.volid();
         let nodes: Vec<&str> = artifact.nodes.iter().map(String::as_str).collect();
@@ -199,6 +201,13 @@ fn build(
             artifact.filename.clone(),
         );
         if let Some(declared) = existing.artifacts.get(&key) {
+            if artifact.kind == Kind::CtTemplate {
+                for node in &artifact.nodes {
+                    ctts.entry(node.clone())
+                        .or_default()
+                        .insert(declared.clone());
+                }
+            }
             if artifact.kind == Kind::Iso {
                 for node in &artifact.nodes {
                     isos.insert((node.clone(), volid.clone()), declared.clone());
@@ -223,6 +232,11 @@ fn build(
         if artifact.kind == Kind::Iso {
             for node in &artifact.nodes {
                 isos.insert((node.clone(), volid.clone()), name.clone());
+            }
+        }
+        if artifact.kind == Kind::CtTemplate {
+            for node in &artifact.nodes {
+                ctts.entry(node.clone()).or_default().insert(name.clone());
             }
         }
         let comments = vec![
@@ -298,7 +312,13 @@ fn build(
         let mut mapping = Mapping::new(&guest.config, resource.clone());
         let spec = match guest.guest_type {
             GuestType::Qemu => vm::spec(guest, kind, &name, (&isos, ssh_keys), &mut mapping),
-            GuestType::Lxc => lxc::spec(guest, kind, &name, &mut mapping),
+            GuestType::Lxc => {
+                let candidates: Vec<String> = ctts
+                    .get(&guest.node)
+                    .map(|names| names.iter().cloned().collect())
+                    .unwrap_or_default();
+                lxc::spec(guest, kind, &name, &candidates, &mut mapping)
+            }
         };
         mapping.finish();
         let path = path_of(kind, cluster, &name);
@@ -650,7 +670,9 @@ mod tests {
             &Existing::default(),
         );
         assert_eq!(adoption.report.incomplete.len(), 1);
-        assert!(adoption.report.incomplete[0].fill[0].starts_with("spec.template"));
+        let fill = &adoption.report.incomplete[0].fill[0];
+        assert!(fill.starts_with("spec.template"), "{fill}");
+        assert!(fill.ends_with("; CTTemplates on pve1: debian-12"), "{fill}");
         assert!(
             adoption.report.resources_lines.contains(
                 &"#  - ../../lxc/lab/db.yaml   (incomplete: fill it in first)".to_owned()

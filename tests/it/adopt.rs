@@ -375,6 +375,10 @@ async fn an_adopted_cluster_validates_plans_only_the_ownership_tag_and_converges
     let gpu = file("vm/lab/gpu-vm.yaml");
     assert!(gpu.contains("device: \"0000:01:00.0\""), "{gpu}");
     assert!(report.contains("VM/gpu-vm  balloon = 2048"), "{report}");
+    assert!(
+        report.contains("(PVE does not keep `ostemplate`); CTTemplates on pve1: debian-12"),
+        "{report}"
+    );
     let ct = file("lxc/lab/data-ct.yaml");
     assert!(ct.contains("INCOMPLETE"), "{ct}");
     assert!(ct.contains("mount-point: /srv/data"), "{ct}");
