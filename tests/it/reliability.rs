@@ -263,6 +263,20 @@ impl Suite {
         commit
     }
 
+    /// Waits until the running agent records an action with an id above `last` (its pass
+    /// has reached the apply).
+    async fn wait_for_first_action(&self, last: i64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while audit::last_action_id(&self.agent.database) <= last {
+            assert!(
+                Instant::now() < deadline,
+                "the agent started no action; its log:\n{}",
+                tail(&self.agent.log_text(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits until a pass of `commit` finished with nothing to do, nudging the agent (a
     /// SIGHUP runs a pass at once, also during a backoff) every few seconds.
     async fn converge(&self, commit: &str, within: Duration) -> Duration {
@@ -511,12 +525,18 @@ async fn fault_suite(scale: Scale) {
     let integrity = audit::integrity_check(&suite.agent.database);
     assert_eq!(integrity, "ok");
     let outcomes = audit::pass_outcomes(&suite.agent.database);
+    let breaker_opened = suite
+        .agent
+        .log_text()
+        .matches("write circuit breaker opened")
+        .count();
     eprintln!(
         "fault injection: seed {seed}, {guests} guests ({files} manifest files) over {nodes} nodes\n\
          injected for {window:?}: {injected}\n\
          during the faults: {errors} requests answered 5xx, {during_creates} create requests; \
          passes while faulty: {faulty:?}\n\
-         converged {converged_in:.1?} after the faults stopped; passes in all: {outcomes:?}\n\
+         converged {converged_in:.1?} after the faults stopped; passes in all: {outcomes:?}; \
+         write breaker opened {breaker_opened} times\n\
          create requests {creates} ({accepted} vmids accepted, {recreated} re-created after a failed \
          create task), 0 duplicate guests, \
          deletes {deletes}, wrong deletes 0, unowned guests untouched {unowned}\n\
@@ -545,10 +565,23 @@ async fn fault_suite(scale: Scale) {
     );
 }
 
+/// Where in the pass a kill landed, from the store's actions of that run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moment {
+    /// No action recorded yet (fetch, validate, observe, plan).
+    BeforeAnyAction,
+    /// An action had started and not ended.
+    DuringApply,
+    /// Every action had ended (the pass was recording its end, or idle).
+    AfterApply,
+}
+
 /// What one crash run saw.
 struct CrashRun {
     delay: Duration,
-    mid_pass: bool,
+    /// What the delay counts from.
+    after: &'static str,
+    moment: Moment,
     actions_started: usize,
     running_at_kill: usize,
     reattached: usize,
@@ -565,9 +598,10 @@ async fn crash_suite(scale: Scale) {
     let mut previous = BTreeMap::new();
     let mut runs = Vec::new();
     // The first pass creates the whole fleet; later ones add and prune extras and change
-    // memory. The kill lands at a random delay below an estimate of the pass's length, which
-    // shrinks when a kill came after the pass had applied everything.
-    let mut pass_length = Duration::from_millis(2_000 + 60 * scale.guests as u64);
+    // memory. Most kills land at a random delay into the apply (after its first action is
+    // recorded), below the apply length of the last pass that ran to its end; one in five
+    // lands at a random delay after the start, mostly before any write (fetch, observe).
+    let mut apply_length = Duration::from_millis(2_000 + 40 * scale.guests as u64);
     let mut fleet = base.clone();
     for run in 0..scale.crash_runs {
         let extras = fleet::extras(run, extras_per_run);
@@ -577,36 +611,53 @@ async fn crash_suite(scale: Scale) {
         let commit = suite.commit(&files, &previous);
         previous = files;
 
-        let actions_before = if suite.agent.database.exists() {
-            audit::actions(&suite.agent.database).len()
-        } else {
-            0
-        };
+        let last_before = audit::last_action_id(&suite.agent.database);
         suite.agent.spawn();
-        let millis = u64::try_from(pass_length.as_millis()).unwrap().max(400);
-        let delay = Duration::from_millis(suite.rng.random_range(200..millis));
+        let early = suite.rng.random_bool(0.2);
+        let bound = u64::try_from(apply_length.as_millis()).unwrap().max(100);
+        let (delay, after) = if early {
+            (
+                Duration::from_millis(suite.rng.random_range(50..1_000)),
+                "start",
+            )
+        } else {
+            let delay = Duration::from_millis(suite.rng.random_range(0..bound));
+            suite.wait_for_first_action(last_before).await;
+            (delay, "first action")
+        };
         tokio::time::sleep(delay).await;
         let peak_killed = suite.agent.kill9();
 
         let integrity = audit::integrity_check(&suite.agent.database);
         assert_eq!(integrity, "ok", "integrity_check after kill {run}");
-        let at_kill = audit::actions(&suite.agent.database);
+        let at_kill: Vec<audit::ActionRow> = audit::actions(&suite.agent.database)
+            .into_iter()
+            .filter(|a| a.id > last_before)
+            .collect();
         let running: Vec<i64> = at_kill
             .iter()
             .filter(|a| a.upid.is_some() && a.result.is_none())
             .map(|a| a.id)
             .collect();
-        // In the apply: an action of this run had not ended.
-        let mid_pass = at_kill[actions_before..].iter().any(|a| a.result.is_none());
-        let too_late = !mid_pass && at_kill.len() > actions_before;
+        let moment = if at_kill.iter().any(|a| a.result.is_none()) {
+            Moment::DuringApply
+        } else if at_kill.is_empty() {
+            Moment::BeforeAnyAction
+        } else {
+            Moment::AfterApply
+        };
 
         suite.agent.spawn();
         let converged_in = suite.converge(&commit, scale.converge_within).await;
         suite.assert_plan_empty();
-        let after = audit::actions(&suite.agent.database);
+        let after_restart = audit::actions(&suite.agent.database);
         let reattached = running
             .iter()
-            .filter(|id| after.iter().any(|a| a.id == **id && a.result.is_some()))
+            .filter(|id| {
+                after_restart
+                    .iter()
+                    .any(|a| a.id == **id && a.result.is_some())
+            })
             .count();
         assert_eq!(
             reattached,
@@ -615,15 +666,17 @@ async fn crash_suite(scale: Scale) {
         );
         let peak_converged = suite.agent.terminate();
         assert_eq!(audit::integrity_check(&suite.agent.database), "ok");
-        if too_late {
-            pass_length = delay.max(Duration::from_millis(600));
-        } else if mid_pass {
-            pass_length = (delay + converged_in).max(Duration::from_millis(600));
+        if moment == Moment::AfterApply
+            && let Some(span) = audit::apply_span(&suite.agent.database, last_before)
+        {
+            // The killed pass applied everything: its length is the next bound.
+            apply_length = span;
         }
         runs.push(CrashRun {
             delay,
-            mid_pass,
-            actions_started: at_kill.len() - actions_before,
+            after,
+            moment,
+            actions_started: at_kill.len(),
             running_at_kill: running.len(),
             reattached,
             converged_in,
@@ -669,16 +722,11 @@ async fn crash_suite(scale: Scale) {
         .count();
     for (i, run) in runs.iter().enumerate() {
         eprintln!(
-            "crash run {i}: killed {:?} after start ({}), {} actions started, {} tasks running \
-             at the kill, {} re-attached; converged {:.1?} after the restart; peak RSS {} KiB",
+            "crash run {i}: killed {:?} after the {} ({:?}), {} actions started, {} tasks \
+             running at the kill, {} re-attached; converged {:.1?} after the restart; peak RSS {} KiB",
             run.delay,
-            if run.mid_pass {
-                "during the apply"
-            } else if run.actions_started > 0 {
-                "after the apply"
-            } else {
-                "before any action"
-            },
+            run.after,
+            run.moment,
             run.actions_started,
             run.running_at_kill,
             run.reattached,
@@ -700,7 +748,10 @@ async fn crash_suite(scale: Scale) {
         guests = base.len(),
         extras = extras_per_run,
         count = runs.len(),
-        mid = runs.iter().filter(|r| r.mid_pass).count(),
+        mid = runs
+            .iter()
+            .filter(|r| r.moment == Moment::DuringApply)
+            .count(),
         running = runs.iter().map(|r| r.running_at_kill).sum::<usize>(),
         creates = writes.create_requests,
         recreated = writes.recreated(),

@@ -1,6 +1,7 @@
 //! The built `proxops agent` as a child process for the reliability suites: whole-cluster
-//! scope (`node = "*"`), pruning on, polling every second, its state database and log in the
-//! world's temp dir. It can be killed with SIGKILL, stopped with SIGTERM, nudged with SIGHUP
+//! scope (`node = "*"`), pruning on, polling every second, the write breaker's cool-down cut to
+//! 3 s (a fault storm may open it; it must close again once PVE recovers), its state database
+//! and log in the world's temp dir. It can be killed with SIGKILL, stopped with SIGTERM, nudged with SIGHUP
 //! (a reload runs a pass at once, also during a backoff), and its peak RSS read first.
 
 use std::path::{Path, PathBuf};
@@ -34,7 +35,8 @@ impl AgentProcess {
              [source]\nurl = \"{git_url}\"\nbranch = \"main\"\npoll = \"1s\"\n\
              [http]\nlisten = \"{listen}\"\n\
              [pve]\nurl = \"{pve}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{fp}\"\n\
-             [policy]\nprune = true\nmax_prune = 50\nconcurrency_per_node = 4\ntask_timeout = \"60s\"\n",
+             [policy]\nprune = true\nmax_prune = 50\nconcurrency_per_node = 4\ntask_timeout = \"60s\"\n\
+             write_breaker_cool_down = \"3s\"\n",
             state = state.display(),
             pve = world.sim.base_url().trim_end_matches("/api2/json"),
             fp = world.sim.fingerprint().unwrap(),

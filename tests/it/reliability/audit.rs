@@ -224,6 +224,47 @@ pub(crate) fn actions(database: &Path) -> Vec<ActionRow> {
         .collect()
 }
 
+/// The highest action id recorded (0 before the database exists or has an action).
+pub(crate) fn last_action_id(database: &Path) -> i64 {
+    if !database.exists() {
+        return 0;
+    }
+    let Ok(conn) =
+        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
+        return 0;
+    };
+    // Before the agent's migration has run there is no table yet.
+    conn.query_row("SELECT COALESCE(MAX(id), 0) FROM actions", [], |row| {
+        row.get(0)
+    })
+    .unwrap_or(0)
+}
+
+/// From the first action's start to the last action's end, of the pass that recorded the
+/// first action above `after`, when all of its actions have ended.
+pub(crate) fn apply_span(database: &Path, after: i64) -> Option<Duration> {
+    let conn =
+        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let (first, last, open): (Option<i64>, Option<i64>, i64) = conn
+        .query_row(
+            "SELECT MIN(started_at), MAX(ended_at), SUM(ended_at IS NULL) FROM actions \
+             WHERE pass_id = (SELECT pass_id FROM actions WHERE id > ?1 ORDER BY id LIMIT 1)",
+            [after],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get::<_, Option<i64>>(2)?.unwrap_or(0),
+                ))
+            },
+        )
+        .ok()?;
+    let span = u64::try_from(last? - first?).ok()?;
+    (open == 0).then(|| Duration::from_millis(span))
+}
+
 /// Pass outcomes recorded, oldest first.
 pub(crate) fn pass_outcomes(database: &Path) -> Vec<Option<String>> {
     let conn =
