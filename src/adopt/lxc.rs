@@ -263,10 +263,15 @@ fn networks(m: &mut Mapping<'_>) -> Vec<Value> {
 
 fn dns(m: &mut Mapping<'_>, name: &str) -> Map {
     let mut dns = Map::new();
-    if let Some(hostname) = m.take("hostname")
-        && hostname != name
-    {
-        dns.set("hostname", hostname);
+    match m.take("hostname") {
+        Some(hostname) if hostname != name => dns.set("hostname", hostname),
+        Some(_) => {}
+        // The manifest always names the container: the first apply will set this hostname.
+        None => m.gap(
+            "hostname",
+            "",
+            &format!("not set on PVE; the first apply sets it to `{name}`"),
+        ),
     }
     if let Some(ns) = m.take("nameserver") {
         let list = ns

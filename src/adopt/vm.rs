@@ -102,10 +102,15 @@ pub(crate) fn spec(
     spec.set_map("options", options(m));
     spec.set_map("cloud-init-data", cloud_init_data(m, ssh));
 
-    if let Some(pve_name) = m.take("name")
-        && pve_name != name
-    {
-        spec.set("pve-name", pve_name);
+    match m.take("name") {
+        Some(pve_name) if pve_name != name => spec.set("pve-name", pve_name),
+        Some(_) => {}
+        // The manifest always names the guest: the first apply will set this name.
+        None => m.gap(
+            "name",
+            "",
+            &format!("not set on PVE; the first apply sets it to `{name}`"),
+        ),
     }
     if let Some(description) = m.take("description") {
         spec.set("pve-description", description);
