@@ -593,9 +593,13 @@ fn plan_present(
         _ => policy.restart_on_change,
     };
     let diff = guest::compare(rendered, config, &CompareContext::default());
-    // Against the values in effect now: what stays pending once the manifest is written.
-    let now = config.current();
-    let diff_now = guest::compare(rendered, &now, &CompareContext::default());
+    // Against the values in effect now: what stays pending once the manifest is written
+    // (the same diff when PVE holds nothing).
+    let diff_now = if config.pending_keys().next().is_some() {
+        guest::compare(rendered, &config.current(), &CompareContext::default())
+    } else {
+        diff.clone()
+    };
     for f in &diff.findings {
         let kind = map_kind(f.kind);
         plan.findings.push(with_message(
