@@ -9,7 +9,10 @@ use proxops_core::plan::{Action, Plan};
 
 use crate::agent::breaker::Permit;
 use crate::agent::pass::{PassDeps, rfc3339};
-use crate::execute::{ActionResult, Event, Outcome, Progress};
+use proxops_core::repository::DesiredState;
+use tokio_util::sync::CancellationToken;
+
+use crate::execute::{self, ActionResult, ApplyReport, Event, Outcome, Progress};
 use crate::store::BreakerMark;
 
 /// The breaker's answer when a pass is about to write.
@@ -97,6 +100,50 @@ pub fn split(plan: &Plan, permit: GatePermit) -> Gated {
             }
         }
     }
+}
+
+/// Runs `plan` level by level and asks the breaker between levels: when it opened during
+/// this pass, the later levels are held back (recorded skipped) and their number returned.
+/// Running levels one call at a time is what the executor does inside one call: a level
+/// starts when the previous one ended, and what failed or was skipped there blocks its
+/// dependants (carried over in `blocked`).
+pub async fn apply_levels(
+    deps: &PassDeps,
+    desired: &DesiredState,
+    plan: &Plan,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> (ApplyReport, usize) {
+    let mut report = ApplyReport::default();
+    let mut blocked = plan.blocked.clone();
+    for (index, level) in plan.levels.iter().enumerate() {
+        if index > 0 && !deps.writes_allowed() {
+            let held: Vec<Action> = plan.levels[index..].iter().flatten().cloned().collect();
+            report.results.extend(hold_back(&held, progress));
+            return (report, held.len());
+        }
+        let one = Plan {
+            levels: vec![level.clone()],
+            blocked: blocked.clone(),
+            ..plan.clone()
+        };
+        let done = execute::apply(
+            &deps.context.pve,
+            desired,
+            &one,
+            &deps.context.execute,
+            progress,
+            cancel,
+        )
+        .await;
+        for result in &done.results {
+            if !matches!(result.outcome, Outcome::Succeeded { .. }) {
+                blocked.insert((result.action.resource.clone(), result.action.node.clone()));
+            }
+        }
+        report.results.extend(done.results);
+    }
+    (report, 0)
 }
 
 /// Reports every held-back action as skipped (through `progress`, which records it).

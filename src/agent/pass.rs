@@ -18,7 +18,7 @@ use crate::agent::gate;
 use crate::agent::retry::Verdict;
 use crate::agent::status::{self, BreakerView, LastPass, LiveStatus};
 use crate::config::Mode;
-use crate::execute::{self, ApplyReport, Event, Outcome, Progress};
+use crate::execute::{ApplyReport, Event, Outcome, Progress};
 use crate::http::metrics::Metrics;
 use crate::observe::error_text;
 use crate::reconcile::{self, Context, PlanOptions, ReconcileError};
@@ -68,7 +68,7 @@ impl PassDeps {
     }
 
     /// Whether the breaker lets every write through.
-    fn writes_allowed(&self) -> bool {
+    pub(crate) fn writes_allowed(&self) -> bool {
         !self
             .breaker
             .lock()
@@ -263,8 +263,8 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
     // How the owned guests were created, for requires-recreate findings (PVE keeps no
     // clone source, CT template or imported image); unreadable → nothing compared.
     let mut options = deps.plan_options.clone();
-    options.created = with_store(&deps.store, |s| log_store_error(s.creations(None)))
-        .unwrap_or_default();
+    options.created =
+        with_store(&deps.store, |s| log_store_error(s.creations(None))).unwrap_or_default();
     let plan = reconcile::observe_and_plan_with(&deps.context, &desired, &options).await;
     if let Some(reason) = &plan.aborted {
         // Fail closed: without the guest listing nothing is written, and the findings of
@@ -289,22 +289,18 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
     } else {
         None
     };
+    let mut held_reason = gated.as_ref().and_then(|g| g.reason.clone());
     let report = match &gated {
         Some(gated) => {
             let progress = recording_progress(deps, pass, cancel.clone());
-            let mut report = if gated.run.has_changes() {
-                execute::apply(
-                    &deps.context.pve,
-                    &desired,
-                    &gated.run,
-                    &deps.context.execute,
-                    &progress,
-                    cancel,
-                )
-                .await
-            } else {
-                ApplyReport::default()
-            };
+            let (mut report, tripped) =
+                gate::apply_levels(deps, &desired, &gated.run, &progress, cancel).await;
+            if tripped > 0 {
+                held_reason = Some(format!(
+                    "write circuit breaker opened during the pass: {tripped} action(s) of later \
+                     levels held back"
+                ));
+            }
             report
                 .results
                 .extend(gate::hold_back(&gated.held, &progress));
@@ -337,7 +333,6 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
             PassCounts::from_report(&ApplyReport::default(), plan.findings.len()),
         ),
     };
-    let held_reason = gated.as_ref().and_then(|g| g.reason.clone());
     if let Some(reason) = &held_reason {
         with_store(&deps.store, |s| log_store_error(s.note_error(pass, reason)));
     }

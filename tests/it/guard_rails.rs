@@ -414,6 +414,79 @@ async fn consecutive_failed_writes_open_the_breaker_read_only_then_a_probe_close
     );
 }
 
+fn vm(name: &str, vmid: u32, extra: &str) -> String {
+    format!(
+        "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata: {{name: {name}}}\nspec:\n  node: pve1\n  \
+         vmid: {vmid}\n  state: stopped\n  memory: 512MiB\n  cpu: {{type: host, cores: 1}}\n  \
+         disks: [{{storage: local-lvm, size: 1GiB}}]\n  networks: [{{bridge: vmbr0}}]\n{extra}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_breaker_that_opens_during_a_pass_holds_back_the_later_levels() {
+    let world = World::start(&[("a.iso", ISO)]).await;
+    world
+        .sim
+        .control()
+        .fail_requests(HttpFault {
+            pattern: "^/nodes/pve1/qemu$".into(),
+            method: Some("POST".into()),
+            status: 500,
+            message: Some("storage 'local-lvm' is not online".into()),
+            times: None,
+            probability: None,
+        })
+        .unwrap();
+    let repo = TestRepo::new();
+    // Level 0: the ISO (its download succeeds) and three VMs whose creates fail; level 1: a
+    // VM that boots the ISO, so it waits for level 0.
+    let files = [
+        ("iso/a.yaml".to_owned(), iso(&world, "a")),
+        ("vm/v1.yaml".to_owned(), vm("v1", 101, "")),
+        ("vm/v2.yaml".to_owned(), vm("v2", 102, "")),
+        ("vm/v3.yaml".to_owned(), vm("v3", 103, "")),
+        (
+            "vm/v4.yaml".to_owned(),
+            vm("v4", 104, "  hardware:\n    cdrom: {iso: a}\n"),
+        ),
+    ];
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    repo.commit_files(&files, "an ISO and four VMs");
+    let mut agent = Agent::start_with_policy(
+        &world,
+        &repo,
+        "pve1",
+        "1h",
+        "write_breaker_threshold = 2\nwrite_breaker_cool_down = \"1h\"\n",
+    )
+    .await;
+    let first = wait_for_pass(&agent, "finished", |p| p["outcome"].is_string()).await;
+    assert_eq!(first["outcome"], "failed", "{first}");
+    assert_eq!(first["actions_ok"], 1, "the ISO download: {first}");
+    assert_eq!(first["actions_failed"], 3, "the level-0 creates: {first}");
+    assert_eq!(first["actions_skipped"], 1, "v4, in level 1: {first}");
+    assert!(
+        first["error"]
+            .as_str()
+            .unwrap()
+            .contains("opened during the pass"),
+        "{first}"
+    );
+    let creates: Vec<String> = world
+        .writes()
+        .into_iter()
+        .filter(|r| r.path == "/nodes/pve1/qemu")
+        .map(|r| r.params.get("vmid").cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(creates.len(), 3, "v4 was never sent: {creates:?}");
+    assert!(!creates.contains(&"104".to_owned()), "{creates:?}");
+    assert_eq!(agent.get("/api/v1/status").await["read_only"], true);
+    assert!(agent.terminate().success());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_reloads_the_config_and_a_config_that_does_not_parse_keeps_the_old_one() {
     let world = World::start(&[("a.iso", ISO)]).await;
