@@ -300,10 +300,17 @@ fn every_node(world: &World) {
 
 /// Runs `proxops adopt --config <agent.toml> --out <repo>`.
 async fn adopt(world: &World) -> std::process::Output {
+    adopt_with(world, &[]).await
+}
+
+/// [`adopt`] with more arguments first (e.g. `-vvv`).
+async fn adopt_with(world: &World, args: &[&str]) -> std::process::Output {
     let config = world.dir.path().join("agent.toml");
     let out = world.repo();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_proxops"))
+            .args(args)
             .arg("adopt")
             .arg("--config")
             .arg(config)
@@ -356,8 +363,10 @@ async fn an_adopted_cluster_validates_plans_only_the_ownership_tag_and_converges
     every_node(&world);
 
     world.sim.control().clear_requests();
-    let first = adopt(&world).await;
+    // With trace logging: no log line may carry a secret either.
+    let first = adopt_with(&world, &["-vvv"]).await;
     assert_ok(&first);
+    assert!(!stderr(&first).is_empty(), "trace logging is on");
     assert!(
         world.writes().is_empty(),
         "adopt wrote: {:?}",
