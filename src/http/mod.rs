@@ -428,3 +428,74 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+    use crate::store::{BreakerMark, PassCounts, PassOutcome, Store, Trigger};
+
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)
+    }
+
+    #[test]
+    fn status_from_the_database_reports_staleness_the_breaker_and_the_last_force_push() {
+        let mut store = Store::memory().unwrap();
+        let pushed = store
+            .begin_pass("pve1", Some("bbb"), Trigger::Poll, at(0))
+            .unwrap();
+        store
+            .note_source(pushed, Some("aaa"), true, None, false)
+            .unwrap();
+        store
+            .finish_pass(pushed, PassOutcome::Applied, PassCounts::default(), at(1))
+            .unwrap();
+        let stale = store
+            .begin_pass("pve1", Some("bbb"), Trigger::Poll, at(10))
+            .unwrap();
+        store
+            .note_source(stale, None, false, Some("remote unreachable"), true)
+            .unwrap();
+        store.note_write_breaker(stale, BreakerMark::Open).unwrap();
+        store
+            .note_error(stale, "write circuit breaker open")
+            .unwrap();
+        store
+            .finish_pass(stale, PassOutcome::Failed, PassCounts::default(), at(11))
+            .unwrap();
+
+        let status = status_from_store(&store, "pve1").unwrap();
+        assert!(status.desired_stale);
+        assert_eq!(status.last_error.as_deref(), Some("remote unreachable"));
+        assert!(status.read_only);
+        assert_eq!(status.write_breaker.unwrap().state, "open");
+        let force = status.last_force_push.unwrap();
+        assert_eq!(
+            (force.commit.as_deref(), force.previous_commit.as_deref()),
+            (Some("bbb"), Some("aaa"))
+        );
+        let attempted = status.last_attempted.unwrap();
+        assert_eq!(
+            attempted.error.as_deref(),
+            Some("write circuit breaker open")
+        );
+        assert_eq!(attempted.write_breaker.as_deref(), Some("open"));
+        assert_eq!(status.last_applied.unwrap().id, pushed.0);
+    }
+
+    #[test]
+    fn a_database_without_notes_reports_a_fresh_writable_state() {
+        let mut store = Store::memory().unwrap();
+        let id = store
+            .begin_pass("pve1", Some("aaa"), Trigger::Startup, at(0))
+            .unwrap();
+        store
+            .finish_pass(id, PassOutcome::NoChange, PassCounts::default(), at(1))
+            .unwrap();
+        let status = status_from_store(&store, "pve1").unwrap();
+        assert!(!status.desired_stale && !status.read_only);
+        assert!(status.write_breaker.is_none() && status.last_force_push.is_none());
+    }
+}
