@@ -33,6 +33,17 @@ impl Sealed {
     }
 }
 
+impl Drop for Sealed {
+    /// Best effort without `unsafe` or a dependency: the bytes are overwritten before the
+    /// memory is freed (`black_box` keeps the writes from being optimised away). Copies the
+    /// allocator or `String` growth left behind are not reached.
+    fn drop(&mut self) {
+        let mut bytes = std::mem::take(&mut self.0).into_bytes();
+        bytes.fill(0);
+        std::hint::black_box(&bytes);
+    }
+}
+
 impl fmt::Debug for Sealed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(REDACTED)
