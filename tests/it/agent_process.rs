@@ -43,6 +43,9 @@ impl Setup {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let config = SimConfig {
             task_duration: Duration::from_millis(20),
+            // The agent's token must be the one the simulator accepts: before a failed
+            // `/cluster/resources` failed the pass, a 401 on every request passed as no-change.
+            token_secret: token_secret.to_owned(),
             ..SimConfig::default()
         };
         let sim = proxops_pve_sim::start(config, listener).await.unwrap();
