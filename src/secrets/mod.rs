@@ -5,7 +5,8 @@
 //!   list its key names without decrypting.
 //! - [`refs`]: `proxops validate`'s check that every `ssh-key-refs` / `ci-password-ref` names a
 //!   key of its cluster's SOPS document.
-//! - [`resolve`]: the agent's side: a cluster's document, a VM's refs resolved (fail closed).
+//! - [`resolve`]: a pass's side (agent and CLI): the cluster's document decrypted once, every
+//!   VM's refs resolved into the core's `Sealed` values, or the pass refused (fail closed).
 //! - `tree`: the order-preserving YAML reader these use.
 
 pub mod refs;
