@@ -566,6 +566,22 @@ fn compare_disk(
     if changed.is_empty() {
         return;
     }
+    // An EFI vars or TPM state volume gets its type, keys and version when it is allocated
+    // (the schema: the TPM version "cannot be changed later on"; the EFI vars are copied
+    // from the template `efitype`/`pre-enrolled-keys` name): rewriting the option would
+    // only make the config lie about the volume.
+    if matches!(rule.role, DiskRole::Efi | DiskRole::Tpm) {
+        for (k, v) in changed {
+            let observed = live.get(k).or_else(|| part_default(k)).unwrap_or("");
+            diff.finding(
+                format!("{key}.{k}"),
+                v,
+                observed,
+                FindingKind::RequiresRecreate,
+            );
+        }
+        return;
+    }
     // The live form: the volume's own volid and every live part, with the declared options.
     let mut rewritten = live.clone();
     for (k, v) in &changed {
@@ -740,6 +756,78 @@ mod tests {
         );
         assert!(diff.delete.is_empty() && diff.findings.is_empty());
         assert!(!diff.needs_stop, "cloud-init data is not stop-required");
+    }
+
+    #[test]
+    fn a_changed_efi_type_secure_boot_or_tpm_version_requires_a_recreate_not_a_write() {
+        let r = vm(
+            "  hardware:\n    bios: ovmf\n    efi-disk: {storage: local-lvm, template: 4m, secure-boot: enabled}\n    tpm: {storage: local-lvm, version: v2.0}\n",
+        );
+        let base = [
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("name", "web"),
+            ("memory", "1024"),
+            ("cores", "1"),
+            ("cpu", "host"),
+            ("bios", "ovmf"),
+            ("tags", "proxops"),
+        ];
+        let matching = [
+            (
+                "efidisk0",
+                "local-lvm:vm-100-disk-1,efitype=4m,pre-enrolled-keys=1,size=528K",
+            ),
+            ("tpmstate0", "local-lvm:vm-100-disk-2,size=4M,version=v2.0"),
+        ];
+        let live: Vec<_> = base.iter().chain(matching.iter()).copied().collect();
+        assert!(
+            compare_qemu(&r, &live).is_empty(),
+            "{:#?}",
+            compare_qemu(&r, &live)
+        );
+
+        let stale = [
+            ("efidisk0", "local-lvm:vm-100-disk-1,efitype=2m,size=128K"),
+            ("tpmstate0", "local-lvm:vm-100-disk-2,size=4M,version=v1.2"),
+        ];
+        let live: Vec<_> = base.iter().chain(stale.iter()).copied().collect();
+        let diff = compare_qemu(&r, &live);
+        assert!(!diff.has_changes(), "{diff:#?}");
+        let found: Vec<_> = diff
+            .findings
+            .iter()
+            .map(|f| {
+                (
+                    f.field.as_str(),
+                    f.desired.as_str(),
+                    f.observed.as_str(),
+                    f.kind,
+                )
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "efidisk0.efitype",
+                    "4m",
+                    "2m",
+                    FindingKind::RequiresRecreate
+                ),
+                (
+                    "efidisk0.pre-enrolled-keys",
+                    "1",
+                    "0",
+                    FindingKind::RequiresRecreate
+                ),
+                (
+                    "tpmstate0.version",
+                    "v2.0",
+                    "v1.2",
+                    FindingKind::RequiresRecreate
+                ),
+            ]
+        );
     }
 
     #[test]
