@@ -343,13 +343,10 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         &plan,
         report.as_ref(),
     );
-    deps.live.finish(last_pass(
-        Some(commit),
-        started,
-        outcome.as_str(),
-        objects,
-        held_reason,
-    ));
+    let mut last = last_pass(Some(commit), started, outcome.as_str(), objects, None);
+    // Writes held back by the breaker are not an abort: the pass observed and recorded.
+    last.writes_held_back = held_reason;
+    deps.live.finish(last);
     tracing::info!(outcome = outcome.as_str(), stale, "pass finished");
     match outcome {
         // The probe write succeeded: the writes it held back are due now.
@@ -536,6 +533,7 @@ fn last_pass(
         outcome: outcome.to_owned(),
         objects,
         abort_reason,
+        writes_held_back: None,
     }
 }
 

@@ -83,6 +83,8 @@ pub struct LastPass {
     pub objects: Vec<ObjectStatus>,
     /// Why the pass was aborted, if it was.
     pub abort_reason: Option<String>,
+    /// Why the write circuit breaker held some of the pass's writes back, if it did.
+    pub writes_held_back: Option<String>,
 }
 
 /// One object of the Go program's `/status` shape.

@@ -375,6 +375,7 @@ async fn go_status(State(state): State<HttpState>) -> Json<serde_json::Value> {
             "write_breaker": state.live.breaker(),
             "aborted": l.abort_reason.is_some(),
             "abort_reason": l.abort_reason,
+            "writes_held_back": l.writes_held_back,
             "outcome": l.outcome,
         })
     });

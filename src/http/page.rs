@@ -48,7 +48,7 @@ pub(super) async fn status_page(State(state): State<HttpState>) -> Response {
                 escape(&last.started_at),
                 escape(&last.finished_at)
             ));
-            if let Some(reason) = &last.abort_reason {
+            for reason in last.abort_reason.iter().chain(&last.writes_held_back) {
                 html.push_str(&format!("<p>{}</p>", escape(reason)));
             }
             html.push_str("<table><tr><th>kind</th><th>name</th><th>node</th><th>state</th><th>last action</th><th>error</th></tr>");

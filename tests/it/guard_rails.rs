@@ -484,6 +484,15 @@ async fn a_breaker_that_opens_during_a_pass_holds_back_the_later_levels() {
     assert_eq!(creates.len(), 3, "v4 was never sent: {creates:?}");
     assert!(!creates.contains(&"104".to_owned()), "{creates:?}");
     assert_eq!(agent.get("/api/v1/status").await["read_only"], true);
+    let go = agent.get("/status").await["last_cycle"].clone();
+    assert_eq!(go["aborted"], false, "held back is not aborted: {go}");
+    assert!(
+        go["writes_held_back"]
+            .as_str()
+            .unwrap()
+            .contains("opened during the pass"),
+        "{go}"
+    );
     assert!(agent.terminate().success());
 }
 
