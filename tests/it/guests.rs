@@ -1094,21 +1094,9 @@ async fn a_guest_that_ignores_acpi_is_stopped_hard_after_the_shutdown_timeout() 
     let upid = api
         .post("/nodes/pve1/qemu/150/status/shutdown", &[("timeout", "1")])
         .await;
-    let path = format!(
-        "/nodes/pve1/tasks/{}/status",
-        upid.as_str().unwrap().replace(':', "%3A")
-    );
-    let mut status = api.get(&path).await;
-    for _ in 0..50 {
-        if status["status"] == "stopped" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        status = api.get(&path).await;
-    }
     assert_eq!(
-        status["exitstatus"], "VM quit/powerdown failed - got timeout",
-        "{status}"
+        task_exitstatus(&api, &upid).await,
+        "VM quit/powerdown failed - got timeout"
     );
     assert_eq!(api.status("pve1", "qemu", 150).await, "running");
     assert_all_requests_valid(&world);
@@ -1184,4 +1172,74 @@ async fn the_agent_reports_a_changed_clone_source_as_requires_recreate_and_keeps
     );
     let mut agent = agent;
     assert!(agent.terminate().success());
+}
+
+/// The exit status of task `upid` on pve1 once it stopped (polled for up to 5 s).
+async fn task_exitstatus(api: &Api, upid: &Value) -> String {
+    let path = format!(
+        "/nodes/pve1/tasks/{}/status",
+        upid.as_str().unwrap().replace(':', "%3A")
+    );
+    for _ in 0..50 {
+        let status = api.get(&path).await;
+        if status["status"] == "stopped" {
+            return status["exitstatus"].as_str().unwrap_or_default().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("task {upid} still running");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_that_ignores_shutdown_is_stopped_hard_and_an_unforced_shutdown_fails() {
+    let world = World::start(&[("ct.tar.zst", TARBALL)]).await;
+    let api = Api::new(&world);
+    let config = world.dir.path().join("agent.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("\"30s\"", "\"4s\"")).unwrap();
+    world.write(
+        "ctt/debian-12.yaml",
+        Some(&artifact(
+            "CTTemplate",
+            "debian-12",
+            &["pve1"],
+            CT_TEMPLATE,
+            &format!("{}/ct.tar.zst", world.files_url),
+            None,
+        )),
+    );
+    let ct = |state: &str| {
+        format!(
+            "apiVersion: proxops/v1alpha1\nkind: LXC\nmetadata: {{name: hung-ct}}\nspec:\n  node: pve1\n  vmid: 202\n  state: {state}\n  template: debian-12\n  memory: 512MiB\n  cpu: {{cores: 1}}\n  root: {{storage: local-lvm, size: 4GiB}}\n  options: {{unprivileged: true}}\n"
+        )
+    };
+    world.write("lxc/hung-ct.yaml", Some(&ct("started")));
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    assert_eq!(api.status("pve1", "lxc", 202).await, "running");
+    assert!(world.sim.control().ignore_shutdown(202, true));
+
+    // PVE's own default: no forceStop, the container stays up and the task fails.
+    let upid = api
+        .post("/nodes/pve1/lxc/202/status/shutdown", &[("timeout", "1")])
+        .await;
+    assert_eq!(task_exitstatus(&api, &upid).await, "container did not stop");
+    assert_eq!(api.status("pve1", "lxc", 202).await, "running");
+
+    world.write("lxc/hung-ct.yaml", Some(&ct("stopped")));
+    world.sim.control().clear_requests();
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    assert_eq!(api.status("pve1", "lxc", 202).await, "stopped");
+    let shutdown = world
+        .writes()
+        .into_iter()
+        .find(|r| r.path.ends_with("/status/shutdown"))
+        .expect("a shutdown request");
+    assert_eq!(
+        (
+            shutdown.params["timeout"].as_str(),
+            shutdown.params["forceStop"].as_str()
+        ),
+        ("2", "1")
+    );
+    assert_all_requests_valid(&world);
 }
