@@ -113,7 +113,15 @@ pub(crate) fn document(comments: &[String], root: &Map) -> String {
     for comment in comments {
         for line in comment.lines() {
             out.push_str("# ");
-            out.push_str(line);
+            // A comment ends at a line break and may not hold control characters: those
+            // (only ever from PVE-provided text) are shown escaped.
+            for c in line.chars() {
+                if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') {
+                    out.push_str(&format!("\\u{:04X}", u32::from(c)));
+                } else {
+                    out.push(c);
+                }
+            }
             out.push('\n');
         }
     }
@@ -316,5 +324,104 @@ mod tests {
         root.set("list", items);
         let text = document(&[], &root);
         assert!(text.starts_with("list:\n  - search-domain-0.example\n"));
+    }
+}
+
+#[cfg(test)]
+mod round_trip {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+    use proxops_core::manifest::Spec;
+    use proxops_core::repository::load;
+
+    use super::*;
+
+    /// Writes a VM whose description and one tag are `text`, and reads it back with the
+    /// manifest parser.
+    fn read_back(text: &str) -> Option<String> {
+        let mut cpu = Map::new();
+        cpu.set("type", "host");
+        cpu.set("cores", 1u32);
+        let mut disk = Map::new();
+        disk.set("storage", "local-lvm");
+        disk.set("size", "1GiB");
+        let mut spec = Map::new();
+        spec.set("node", "pve1");
+        spec.set("vmid", 100u32);
+        spec.set("memory", "512MiB");
+        spec.set("cpu", cpu);
+        spec.set("disks", Value::List(vec![Value::Map(disk)]));
+        spec.set("pve-description", text);
+        let mut metadata = Map::new();
+        metadata.set("name", "vm");
+        let mut annotations = Map::new();
+        annotations.set("note", text);
+        metadata.set("annotations", annotations);
+        let mut doc = Map::new();
+        doc.set("apiVersion", "proxops/v1alpha1");
+        doc.set("kind", "VM");
+        doc.set("metadata", metadata);
+        doc.set("spec", spec);
+        let files = BTreeMap::from([("vm.yaml".to_owned(), document(&[text.to_owned()], &doc))]);
+        let loaded = load(&files);
+        let resource = loaded.states.first()?.manifest.resources().next()?.clone();
+        assert_eq!(
+            resource.annotations.get("note").map(String::as_str),
+            Some(text)
+        );
+        match resource.spec? {
+            Spec::Vm(vm) => vm.pve_description,
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn indicator_and_escape_heavy_strings_read_back_unchanged() {
+        for text in [
+            "- item",
+            "? key",
+            ": value",
+            "@at",
+            "`tick",
+            "!tag",
+            "&anchor",
+            "*alias",
+            "|",
+            ">",
+            "%directive",
+            "# comment",
+            "a # b",
+            "a: b",
+            "'single'",
+            "\"double\"",
+            "  lead",
+            "trail  ",
+            "tab\there",
+            "yes",
+            "NULL",
+            "0o17",
+            "1_000",
+            ".inf",
+            "-.5",
+            "+1",
+            "2026-11-29",
+            "line\r\nbreak",
+            "über ✓",
+            "\u{85}\u{2028}",
+            "{flow}",
+            "[list]",
+        ] {
+            assert_eq!(read_back(text).as_deref(), Some(text), "{text:?}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn any_string_reads_back_unchanged(text in "(?s).{1,40}") {
+            let back = read_back(&text);
+            prop_assert_eq!(back.as_deref(), Some(text.as_str()));
+        }
     }
 }
