@@ -73,6 +73,51 @@ impl From<&Outcome> for ActionOutcome {
     }
 }
 
+/// Keeps the inventory in step with a succeeded guest action, in the transaction that
+/// records the result: an agent killed mid-pass (or a re-attached task ending after a
+/// restart) must not leave a guest it created out of the inventory, or a deleted one in it.
+/// The same verbs as `ApplyReport::inventory_changes`: create, clone, update and promote
+/// own the guest, delete releases it.
+fn update_inventory(tx: &rusqlite::Transaction<'_>, action: ActionId) -> rusqlite::Result<()> {
+    let (kind, name, node, verb, detail): (String, String, String, String, String) = tx.query_row(
+        "SELECT resource_kind, resource_name, node, verb, detail FROM actions WHERE id = ?1",
+        [action.0],
+        |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        },
+    )?;
+    let vmid = serde_json::from_str::<serde_json::Value>(&detail)
+        .ok()
+        .and_then(|d| d["vmid"].as_i64());
+    let Some(vmid) = vmid else {
+        return Ok(());
+    };
+    match verb.as_str() {
+        "create" | "clone" | "update" | "promote" => {
+            tx.execute(
+                "INSERT INTO inventory (node, vmid, resource_kind, resource_name) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (node, vmid) DO UPDATE SET \
+                 resource_kind = excluded.resource_kind, resource_name = excluded.resource_name",
+                params![node, vmid, kind, name],
+            )?;
+        }
+        "delete" => {
+            tx.execute(
+                "DELETE FROM inventory WHERE node = ?1 AND vmid = ?2",
+                params![node, vmid],
+            )?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// A PVE task that was started and whose result was never recorded: after a crash, the
 /// agent waits for it again instead of re-issuing its action.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,14 +280,19 @@ impl Store {
             ActionOutcome::Failed { error } => (None, Some(redact(error))),
             ActionOutcome::Skipped { reason } => (None, Some(redact(reason))),
         };
-        let changed = self
-            .conn
+        let query_error = self.query_error(operation);
+        let tx = self.conn.transaction().map_err(&query_error)?;
+        let changed = tx
             .execute(
                 "UPDATE actions SET result = ?2, exitstatus = ?3, error = ?4, ended_at = ?5 \
                  WHERE id = ?1 AND result IS NULL",
                 params![action.0, outcome.as_str(), exitstatus, error, to_millis(at)],
             )
-            .map_err(self.query_error(operation))?;
+            .map_err(&query_error)?;
+        if changed == 1 && matches!(outcome, ActionOutcome::Succeeded { .. }) {
+            update_inventory(&tx, action).map_err(&query_error)?;
+        }
+        tx.commit().map_err(&query_error)?;
         self.expect_one_open(operation, action, changed)
     }
 
@@ -442,6 +492,63 @@ pub(super) mod tests {
             matches!(again, StoreError::AlreadyFinished { .. }),
             "{again:?}"
         );
+    }
+
+    fn guest_action(name: &str, verb: Verb) -> Action {
+        Action {
+            resource: ResourceId::new(Kind::Vm, name),
+            node: "pve2".to_owned(),
+            verb,
+            reason: "test".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_succeeded_create_enters_the_inventory_with_its_result_and_a_succeeded_delete_leaves_it() {
+        let mut store = Store::memory().unwrap();
+        let pass = store
+            .begin_pass("*", Some("aaa"), Trigger::Poll, at(0))
+            .unwrap();
+        let create = guest_action(
+            "web",
+            Verb::Create(proxops_core::plan::Create {
+                vmid: 1234,
+                guest_type: proxops_core::guest::GuestType::Qemu,
+                params: std::collections::BTreeMap::new(),
+                grow: Vec::new(),
+            }),
+        );
+        let failed = store.record_action_started(pass, &create, at(1)).unwrap();
+        let refused = ActionOutcome::Failed {
+            error: "500 injected".to_owned(),
+        };
+        store.record_action_result(failed, &refused, at(2)).unwrap();
+        assert!(
+            store.owned(None).unwrap().is_empty(),
+            "a failed create owns nothing"
+        );
+
+        // The pass is killed before it ends: the result alone must carry the ownership.
+        let created = store.record_action_started(pass, &create, at(3)).unwrap();
+        let ok = ActionOutcome::Succeeded {
+            exitstatus: "OK".to_owned(),
+        };
+        store.record_action_result(created, &ok, at(4)).unwrap();
+        let owned = store.owned(None).unwrap();
+        assert_eq!(owned.len(), 1);
+        assert_eq!((owned[0].node.as_str(), owned[0].vmid), ("pve2", 1234));
+        assert_eq!(owned[0].resource, ResourceId::new(Kind::Vm, "web"));
+
+        let delete = guest_action(
+            "web",
+            Verb::Delete(proxops_core::plan::GuestRef {
+                vmid: 1234,
+                guest_type: proxops_core::guest::GuestType::Qemu,
+            }),
+        );
+        let deleted = store.record_action_started(pass, &delete, at(5)).unwrap();
+        store.record_action_result(deleted, &ok, at(6)).unwrap();
+        assert!(store.owned(None).unwrap().is_empty());
     }
 
     #[test]
