@@ -687,6 +687,20 @@ async fn crash_suite(scale: Scale) {
     let (writes, reconciliation) = suite
         .assert_owned_only_and_no_duplicates(&fleet, &declared)
         .await;
+    // The inventory names exactly the guests the agent created and has not deleted.
+    let expected: BTreeSet<(String, u32)> =
+        fleet.iter().map(|g| (g.node.to_owned(), g.vmid)).collect();
+    let inventory = audit::inventory(&suite.agent.database);
+    assert_eq!(
+        inventory.difference(&expected).collect::<Vec<_>>(),
+        Vec::<&(String, u32)>::new(),
+        "the inventory lists guests that are gone"
+    );
+    assert_eq!(
+        expected.difference(&inventory).collect::<Vec<_>>(),
+        Vec::<&(String, u32)>::new(),
+        "the inventory misses guests the agent created"
+    );
     let tasks = audit::sim_tasks(&suite.api).await;
     let mut per_object: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for task in tasks

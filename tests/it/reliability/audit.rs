@@ -265,6 +265,19 @@ pub(crate) fn apply_span(database: &Path, after: i64) -> Option<Duration> {
     (open == 0).then(|| Duration::from_millis(span))
 }
 
+/// The store's inventory of owned guests: (node, vmid).
+pub(crate) fn inventory(database: &Path) -> BTreeSet<(String, u32)> {
+    let conn =
+        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut statement = conn.prepare("SELECT node, vmid FROM inventory").unwrap();
+    statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// Pass outcomes recorded, oldest first.
 pub(crate) fn pass_outcomes(database: &Path) -> Vec<Option<String>> {
     let conn =
