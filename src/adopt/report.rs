@@ -122,16 +122,39 @@ impl Report {
             |p| format!("{}  {}", p.resource, p.url),
         );
         section(&mut out, "SKIPPED", &self.skipped, |s| {
-            format!("{}: {}", s.what, s.reason)
+            format!("{}: {}", printable(&s.what), s.reason)
         });
         section(
             &mut out,
             "GAPS (on PVE, not in the manifests)",
             &self.gaps,
-            |g| format!("{}  {} = {}: {}", g.resource, g.key, g.value, g.note),
+            |g| {
+                format!(
+                    "{}  {} = {}: {}",
+                    g.resource,
+                    printable(&g.key),
+                    printable(&g.value),
+                    g.note
+                )
+            },
         );
         out
     }
+}
+
+/// Text from PVE as one terminal-safe line: control characters (line breaks, escape
+/// sequences) are shown escaped, so a config value can neither break the report's lines nor
+/// drive the terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 fn section<T>(out: &mut String, title: &str, items: &[T], line: impl Fn(&T) -> String) {
@@ -141,5 +164,29 @@ fn section<T>(out: &mut String, title: &str, items: &[T], line: impl Fn(&T) -> S
     let _ = writeln!(out, "\n{title}:");
     for item in items {
         let _ = writeln!(out, "  {}", line(item));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gap_values_from_pve_are_shown_on_one_line_without_control_characters() {
+        let report = Report {
+            gaps: vec![Gap {
+                resource: "VM/x".to_owned(),
+                key: "args".to_owned(),
+                value: "a\nb\u{1b}[31m".to_owned(),
+                note: "not modelled".to_owned(),
+            }],
+            ..Report::default()
+        };
+        let text = report.render();
+        assert!(
+            text.contains("VM/x  args = a\\nb\\u{1b}[31m: not modelled"),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'));
     }
 }
