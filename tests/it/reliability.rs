@@ -368,6 +368,20 @@ impl Suite {
             "no other guest exists: {guests:?}"
         );
 
+        // The inventory names exactly the guests the agent created and has not deleted.
+        let expected: BTreeSet<(String, u32)> =
+            fleet.iter().map(|g| (g.node.to_owned(), g.vmid)).collect();
+        let inventory = audit::inventory(&self.agent.database);
+        assert_eq!(
+            inventory.difference(&expected).collect::<Vec<_>>(),
+            Vec::<&(String, u32)>::new(),
+            "the inventory lists guests that are gone"
+        );
+        assert_eq!(
+            expected.difference(&inventory).collect::<Vec<_>>(),
+            Vec::<&(String, u32)>::new(),
+            "the inventory misses guests the agent created"
+        );
         let rows = audit::actions(&self.agent.database);
         let reconciliation =
             audit::reconcile(&tasks, &self.tasks_before, &rows, &writes, ever_declared);
@@ -687,20 +701,6 @@ async fn crash_suite(scale: Scale) {
     let (writes, reconciliation) = suite
         .assert_owned_only_and_no_duplicates(&fleet, &declared)
         .await;
-    // The inventory names exactly the guests the agent created and has not deleted.
-    let expected: BTreeSet<(String, u32)> =
-        fleet.iter().map(|g| (g.node.to_owned(), g.vmid)).collect();
-    let inventory = audit::inventory(&suite.agent.database);
-    assert_eq!(
-        inventory.difference(&expected).collect::<Vec<_>>(),
-        Vec::<&(String, u32)>::new(),
-        "the inventory lists guests that are gone"
-    );
-    assert_eq!(
-        expected.difference(&inventory).collect::<Vec<_>>(),
-        Vec::<&(String, u32)>::new(),
-        "the inventory misses guests the agent created"
-    );
     let tasks = audit::sim_tasks(&suite.api).await;
     let mut per_object: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for task in tasks
