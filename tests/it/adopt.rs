@@ -689,3 +689,67 @@ async fn ssh_keys_all_found_in_the_clusters_sops_document_are_adopted_as_referen
     }
     assert_eq!(plan["plan"]["findings"], serde_json::json!([]), "{plan:#}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_pve_cannot_answer_fails_adopt_and_writes_nothing() {
+    let world = World::start(&[("netinst.iso", ISO)]).await;
+    let api = Api::new(&world);
+    api.download(&world, "pve1", "iso", "netinst.iso").await;
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/qemu",
+        &[("vmid", "140"), ("name", "solo"), ("memory", "512")],
+    )
+    .await;
+    let cluster_args = |world: &World| {
+        let config = world.dir.path().join("agent.toml");
+        let out = world.repo();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_proxops"))
+                .args(["adopt", "--cluster", "lab", "--config"])
+                .arg(config)
+                .arg("--out")
+                .arg(out)
+                .env_remove("RUST_LOG")
+                .env_remove("PROXOPS_CONFIG")
+                .output()
+                .unwrap()
+        }
+    };
+
+    // Half a cluster would look like a whole one: a listing that keeps failing fails adopt.
+    world
+        .sim
+        .control()
+        .fail_storage_listing("pve1", "local", 100, None);
+    let failed = tokio::task::spawn_blocking(cluster_args(&world))
+        .await
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(1));
+    let error = stderr(&failed);
+    assert!(
+        error.contains("reading GET /nodes/pve1/storage/local/content?content=iso"),
+        "{error}"
+    );
+    assert!(tree(&world.repo()).is_empty());
+
+    // One transient error on a config read is retried like any GET.
+    world.sim.control().clear_faults();
+    world
+        .sim
+        .control()
+        .fail_requests(proxops_pve_sim::HttpFault {
+            pattern: "/qemu/140/config$".to_owned(),
+            method: Some("GET".to_owned()),
+            status: 500,
+            message: Some("got timeout".to_owned()),
+            times: Some(1),
+            probability: None,
+        })
+        .unwrap();
+    let output = tokio::task::spawn_blocking(cluster_args(&world))
+        .await
+        .unwrap();
+    assert_ok(&output);
+    assert!(world.repo().join("vm/lab/solo.yaml").is_file());
+}
