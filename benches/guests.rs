@@ -7,7 +7,9 @@
 //! 2. a no-op pass for the same 1,000 guests: `reconcile_once` in apply mode (load and
 //!    validate the manifests, observe, plan, nothing to apply), as `proxops apply` and each
 //!    agent pass run it (the agent adds its git fetch and store records, not measured here);
-//! 3. applying 200 VM creates (20 per node) with 200 ms simulated task time, at 1 and at 4
+//! 3. a no-op recorded agent pass for the same 1,000 guests (`agent::pass::run_pass`: git
+//!    fetch of an unchanged `file://` repository, load, observe, plan, SQLite records);
+//! 4. applying 200 VM creates (20 per node) with 200 ms simulated task time, at 1 and at 4
 //!    concurrent actions per node.
 //!
 //! Run: `cargo bench --bench guests`, or in the debug profile with
@@ -15,12 +17,20 @@
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use proxops::config::NodeScope;
+use proxops::agent::breaker::Breaker;
+use proxops::agent::pass::{PassDeps, run_pass};
+use proxops::agent::retry::Verdict;
+use proxops::agent::status::LiveStatus;
+use proxops::config::{Mode as AgentMode, NodeScope, Poll, SourceConfig};
 use proxops::execute::{self, Progress};
+use proxops::http::metrics::Metrics;
 use proxops::reconcile::{self, Context, Mode, PlanOptions};
+use proxops::source::git::GitSource;
+use proxops::store::{Store, Trigger};
 use proxops_pve::{ClientConfig, PveClient, RetryPolicy, Timeouts, Trust, WaitOptions};
 use proxops_pve_sim::{RunningSim, Seed, SimConfig};
 use tokio_util::sync::CancellationToken;
@@ -37,6 +47,7 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         converged().await;
+        agent_passes().await;
         for concurrency in [1, 4] {
             creates(concurrency).await;
         }
@@ -185,6 +196,98 @@ async fn converged() {
             .filter(|(k, _)| !k.starts_with("GET "))
             .map(|(_, n)| n)
             .sum::<u64>(),
+        spread(&mut timings)
+    );
+    sim.shutdown().await;
+}
+
+/// Runs `git args` in `dir` with a fixed identity (no host configuration needed).
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?}");
+}
+
+/// Recorded agent passes (`agent::pass::run_pass`: git fetch of an unchanged branch, load,
+/// observe, plan, nothing to apply, every record written to a real SQLite store) over
+/// 1,000 converged guests, after a first pass that created them.
+async fn agent_passes() {
+    let sim = start(seed(), Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    for i in 0..GUESTS {
+        let state = if i % 2 == 0 { "started" } else { "stopped" };
+        let path = work.join(format!("vm/vm-{i:04}.yaml"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, vm(i, state)).unwrap();
+    }
+    git(&work, &["init", "--quiet", "--initial-branch=main"]);
+    git(&work, &["add", "--all"]);
+    git(&work, &["commit", "--quiet", "-m", "1,000 VMs"]);
+    git(
+        dir.path(),
+        &["clone", "--quiet", "--bare", "work", "repo.git"],
+    );
+    let source = SourceConfig {
+        url: format!("file://{}", dir.path().join("repo.git").display()),
+        branch: "main".into(),
+        path: String::new(),
+        poll: Poll::Every(Duration::from_secs(60)),
+        token: None,
+        ssh_key_file: None,
+    };
+    let state_dir = dir.path().join("state");
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let deps = PassDeps {
+        context: context(&sim, 4),
+        source: Arc::new(GitSource::open(&source, &state_dir).unwrap()),
+        store: Arc::new(Mutex::new(
+            Store::open(&state_dir.join("state.db")).unwrap(),
+        )),
+        live: Arc::new(LiveStatus::default()),
+        cluster: None,
+        mode: AgentMode::Apply,
+        node_label: "*".into(),
+        interrupt: Arc::new(AtomicBool::new(false)),
+        metrics: Arc::new(Metrics::default()),
+        breaker: Arc::new(Mutex::new(Breaker::new(5, Duration::from_secs(60)))),
+        plan_options: PlanOptions::default(),
+    };
+    let cancel = CancellationToken::new();
+    let start = Instant::now();
+    let verdict = run_pass(&deps, Trigger::Startup, &cancel).await;
+    println!(
+        "setup: first recorded agent pass creating {GUESTS} VMs: {:?} ({verdict:?})",
+        start.elapsed()
+    );
+    let mut timings = Vec::new();
+    let mut counters = BTreeMap::new();
+    for _ in 0..RUNS {
+        sim.control().clear_requests();
+        let start = Instant::now();
+        let verdict = run_pass(&deps, Trigger::Poll, &cancel).await;
+        timings.push(start.elapsed());
+        counters = sim.control().requests().counters;
+        assert!(matches!(verdict, Verdict::Ok), "{verdict:?}");
+    }
+    let total: u64 = counters.values().sum();
+    let writes: u64 = counters
+        .iter()
+        .filter(|(k, _)| !k.starts_with("GET "))
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "no-op recorded agent pass (run_pass: git fetch, load, observe, plan, store records), \
+         {GUESTS} converged guests: {total} HTTP requests, {writes} writes; {}",
         spread(&mut timings)
     );
     sim.shutdown().await;
