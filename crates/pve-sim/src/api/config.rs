@@ -209,6 +209,7 @@ fn precheck(cluster: &Cluster, ctx: &Ctx, g: &Guest, u: &Update) -> ApiResult<()
                 if guest::is_qemu_disk_key(k) {
                     disks::check_qemu_drive(cluster, node, k, v, ctx.is_root_pam())?;
                 }
+                check_hostpci(ctx, k, v)?;
             }
         }
         Kind::Lxc => {
@@ -220,6 +221,21 @@ fn precheck(cluster: &Cluster, ctx: &Ctx, g: &Guest, u: &Update) -> ApiResult<()
             let unprivileged = g.config.get("unprivileged").is_some_and(|v| v == "1");
             check_lxc_permissions(cluster, ctx, node, unprivileged, &u.set)?;
         }
+    }
+    Ok(())
+}
+
+/// qemu-server's `check_hostpci_perm`: only `root@pam` itself (not its API tokens) may pass an
+/// unmapped host PCI device through; others need a resource mapping (LIVE-FACTS.md, host PCI).
+pub(super) fn check_hostpci(ctx: &Ctx, key: &str, value: &str) -> ApiResult<()> {
+    if !key.starts_with("hostpci") || ctx.is_root_pam() {
+        return Ok(());
+    }
+    let device = PropertyString::parse(value, Some("host"));
+    if device.get("host").is_some() && device.get("mapping").is_none() {
+        return Err(ApiError::die(format!(
+            "only root can set '{key}' config for non-mapped devices"
+        )));
     }
     Ok(())
 }

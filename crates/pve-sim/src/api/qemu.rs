@@ -87,6 +87,7 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
         if guest::is_qemu_disk_key(k) {
             disks::check_qemu_drive(&cluster, &node, k, v, ctx.is_root_pam())?;
         }
+        super::config::check_hostpci(ctx, k, v)?;
     }
     let start = ctx.params.flag("start").unwrap_or(false);
     let mut placeholder = Guest::new(vmid, Kind::Qemu, &node);

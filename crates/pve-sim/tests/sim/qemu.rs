@@ -810,3 +810,28 @@ async fn skiplock_is_for_root_only() {
     assert_eq!(r.status, 400);
     assert_eq!(r.error("skiplock"), "Only root may use this option.");
 }
+
+#[tokio::test]
+async fn an_unmapped_host_pci_device_is_refused_to_api_tokens() {
+    let s = sim().await;
+    let r = s
+        .post(
+            "/nodes/pve1/qemu",
+            &[("vmid", "100"), ("hostpci0", "0000:01:00.0,pcie=1")],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "only root can set 'hostpci0' config for non-mapped devices\n"
+    );
+    s.create_vm("100", &[]).await;
+    let r = s
+        .put("/nodes/pve1/qemu/100/config", &[("hostpci1", "01:00.0")])
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "only root can set 'hostpci1' config for non-mapped devices\n"
+    );
+}
