@@ -177,13 +177,18 @@ async fn a_bridge_the_node_does_not_have_is_a_problem() {
 /// The `pveum` commands of docs/operations.md section 1, each as its words (shell quoting
 /// and `\` line continuations resolved; comments dropped).
 fn documented_pveum_commands() -> Vec<Vec<String>> {
-    let doc = std::fs::read_to_string(repo_root().join("docs/operations.md")).unwrap();
+    pveum_commands("docs/operations.md", "## 1. A least-privilege API token")
+}
+
+/// The `pveum` commands of the first `sh` block after `heading` in `file`.
+fn pveum_commands(file: &str, heading: &str) -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(repo_root().join(file)).unwrap();
     let section = doc
-        .split("## 1. A least-privilege API token")
+        .split(heading)
         .nth(1)
         .and_then(|rest| rest.split("```sh").nth(1))
         .and_then(|block| block.split("```").next())
-        .expect("docs/operations.md section 1 has a sh block");
+        .unwrap_or_else(|| panic!("{file}: no sh block after {heading}"));
     let joined = section.replace("\\\n", " ");
     joined
         .lines()
@@ -191,6 +196,13 @@ fn documented_pveum_commands() -> Vec<Vec<String>> {
         .filter(|line| line.starts_with("pveum "))
         .map(shell_words)
         .collect()
+}
+
+#[test]
+fn readme_and_the_operations_guide_give_the_same_pveum_commands() {
+    let readme = pveum_commands("README.md", "## Running on a real cluster");
+    assert!(readme.len() >= 4, "{readme:?}");
+    assert_eq!(readme, documented_pveum_commands());
 }
 
 /// Splits a shell line into words: single and double quotes group, `$(...)` stays one word.
