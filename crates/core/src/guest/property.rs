@@ -54,19 +54,19 @@ impl PropertyString {
         &self.items
     }
 
-    /// Joins the pairs back; the value of `bare_key` is written first and without `key=`,
-    /// the other pairs in order.
+    /// Joins the pairs back; the value of `bare_key` is written first and without `key=`
+    /// (unless it holds a `=`, which would read back as a key), the other pairs in order.
     pub fn to_value(&self, bare_key: Option<&str>) -> String {
-        let is_bare = |k: &str| Some(k) == bare_key || k.is_empty();
+        let is_bare = |k: &str, v: &str| k.is_empty() || (Some(k) == bare_key && !v.contains('='));
         let bare = self
             .items
             .iter()
-            .filter(|(k, _)| is_bare(k))
+            .filter(|(k, v)| is_bare(k, v))
             .map(|(_, v)| v.clone());
         let rest = self
             .items
             .iter()
-            .filter(|(k, _)| !is_bare(k))
+            .filter(|(k, v)| !is_bare(k, v))
             .map(|(k, v)| format!("{k}={v}"));
         bare.chain(rest).collect::<Vec<_>>().join(",")
     }
@@ -173,6 +173,15 @@ mod tests {
             p.to_value(Some("file")),
             "local-lvm:vm-101-disk-0,iothread=1,size=32G"
         );
+    }
+
+    #[test]
+    fn a_default_key_value_holding_an_equals_sign_is_written_with_its_key() {
+        let p = PropertyString::parse("file=local:iso/a=b.iso,media=cdrom", Some("file"));
+        assert_eq!(p.get("file"), Some("local:iso/a=b.iso"));
+        let joined = p.to_value(Some("file"));
+        assert_eq!(joined, "file=local:iso/a=b.iso,media=cdrom");
+        assert_eq!(PropertyString::parse(&joined, Some("file")), p);
     }
 
     #[test]
