@@ -438,6 +438,11 @@ async fn an_adopted_cluster_validates_plans_only_the_ownership_tag_and_converges
     assert_ok(&second);
     assert_eq!(stdout(&second), report);
     assert_eq!(tree(&world.repo()), files);
+    assert!(
+        world.writes().is_empty(),
+        "adopt wrote: {:?}",
+        world.writes()
+    );
 
     // The operator lists the complete manifests, as printed.
     let lines: Vec<&str> = report
