@@ -3,7 +3,7 @@
 //! gives back what PVE has, which is what makes the first plan after adopt empty except for
 //! the ownership tag. Anything the format cannot say is a gap, never guessed.
 
-use proxops_core::guest::{PropertyString, percent_decode};
+use proxops_core::guest::{PropertyString, parse_bool, percent_decode};
 use proxops_core::resource::Kind;
 
 use super::Isos;
@@ -11,6 +11,9 @@ use super::guest::{Mapping, mib_quantity, quantity, tags, volume_storage};
 use super::read::Guest;
 use super::ssh_keys::{Matched, SshKeyRefs};
 use super::yaml::{Map, Value};
+
+// The next lists and `is_pci_address` mirror `proxops_core::manifest::vm`, where they are
+// private: a live value outside them would not validate, so adopt makes it a gap instead.
 
 /// PVE's NIC models the manifest accepts.
 const NIC_MODELS: [&str; 14] = [
@@ -251,7 +254,7 @@ fn disks(m: &mut Mapping<'_>, cdrom_slot: &str) -> Vec<Value> {
             for (key, value) in props.items() {
                 match key.as_str() {
                     "file" | "size" | "media" => {}
-                    "iothread" | "ssd" => match proxops_core::guest::parse_bool(value) {
+                    "iothread" | "ssd" => match parse_bool(value) {
                         Some(b) if !(key == "ssd" && matches!(bus, "virtio" | "nvme")) => {
                             disk.set(key, b);
                         }
@@ -328,10 +331,7 @@ fn networks(m: &mut Mapping<'_>) -> Vec<Value> {
             nic.set("rate-limit", r);
             known.push("rate");
         }
-        if let Some(fw) = props
-            .get("firewall")
-            .and_then(proxops_core::guest::parse_bool)
-        {
+        if let Some(fw) = props.get("firewall").and_then(parse_bool) {
             nic.set("firewall", fw);
             known.push("firewall");
         }
@@ -441,10 +441,7 @@ fn efi_disk(m: &mut Mapping<'_>, hw: &mut Map) {
     {
         efi.set("template", t);
     }
-    if let Some(keys) = props
-        .get("pre-enrolled-keys")
-        .and_then(proxops_core::guest::parse_bool)
-    {
+    if let Some(keys) = props.get("pre-enrolled-keys").and_then(parse_bool) {
         efi.set("secure-boot", if keys { "enabled" } else { "disabled" });
     }
     m.extra_parts(
@@ -495,7 +492,7 @@ fn pci_devices(m: &mut Mapping<'_>, hw: &mut Map) {
         let mut device = Map::new();
         device.set("slot", slot.as_str());
         device.set("device", host.to_ascii_lowercase());
-        if let Some(pcie) = props.get("pcie").and_then(proxops_core::guest::parse_bool) {
+        if let Some(pcie) = props.get("pcie").and_then(parse_bool) {
             device.set("pcie", pcie);
         }
         m.extra_parts(&slot, &props, &["host", "pcie"]);
@@ -531,10 +528,7 @@ fn options(m: &mut Mapping<'_>) -> Map {
     }
     o.set_opt("protection", m.take_bool("protection"));
     if let Some(agent) = m.take_props("agent", Some("enabled")) {
-        if let Some(enabled) = agent
-            .get("enabled")
-            .and_then(proxops_core::guest::parse_bool)
-        {
+        if let Some(enabled) = agent.get("enabled").and_then(parse_bool) {
             o.set("agent", enabled);
         }
         m.extra_parts("agent", &agent, &["enabled"]);
@@ -570,9 +564,7 @@ fn options(m: &mut Mapping<'_>) -> Map {
         m.extra_parts("boot", &boot, &["order"]);
     }
     if let Some(props) = m.config.entry("cpu").and_then(|e| e.props.as_ref())
-        && let Some(hidden) = props
-            .get("hidden")
-            .and_then(proxops_core::guest::parse_bool)
+        && let Some(hidden) = props.get("hidden").and_then(parse_bool)
     {
         o.set("hidden", hidden);
     }
