@@ -105,22 +105,35 @@ const ARTIFACT_CONTENT: [(ContentType, &str); 3] = [
 /// # Errors
 /// The first read that fails.
 pub(crate) async fn read(pve: &PveClient, scope: &NodeScope) -> Result<Snapshot, ReadError> {
+    let mut snapshot = Snapshot::default();
     let mut nodes = match scope {
         NodeScope::Node(node) => vec![node.clone()],
-        NodeScope::All => pve
-            .nodes()
-            .await
-            .map_err(|source| ReadError::Request {
+        NodeScope::All => {
+            let listed = pve.nodes().await.map_err(|source| ReadError::Request {
                 what: "GET /nodes".to_owned(),
                 source,
-            })?
-            .into_iter()
-            .map(|n| n.node)
-            .collect(),
+            })?;
+            // An offline node cannot be read; it is named as skipped rather than failing the
+            // whole run (its guests are then simply not adopted this time).
+            let mut online = Vec::new();
+            for node in listed {
+                if node.status == "online" {
+                    online.push(node.node);
+                } else {
+                    snapshot.skipped.push((
+                        format!("node {}", node.node),
+                        format!(
+                            "status `{}`: its guests and files were not read",
+                            node.status
+                        ),
+                    ));
+                }
+            }
+            online
+        }
     };
     nodes.sort();
     nodes.dedup();
-    let mut snapshot = Snapshot::default();
     let mut listed = Vec::new();
     for node in &nodes {
         for guest_type in [GuestType::Qemu, GuestType::Lxc] {

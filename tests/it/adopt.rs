@@ -758,3 +758,52 @@ async fn a_listing_pve_cannot_answer_fails_adopt_and_writes_nothing() {
     assert_ok(&output);
     assert!(world.repo().join("vm/lab/solo.yaml").is_file());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn adopting_every_node_names_an_offline_node_as_skipped() {
+    let mut config = proxops_pve_sim::SimConfig {
+        task_duration: Duration::from_millis(20),
+        ..proxops_pve_sim::SimConfig::default()
+    };
+    config.seed.nodes[2].online = false;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim = proxops_pve_sim::start(config, listener).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("repo")).unwrap();
+    std::fs::write(dir.path().join("token"), "proxops-dev-secret\n").unwrap();
+    std::fs::write(
+        dir.path().join("agent.toml"),
+        format!(
+            "node = \"*\"\ncluster = \"lab\"\n[pve]\nurl = \"{}\"\ntoken_id = \"root@pam!proxops\"\n\
+             token_secret_file = \"token\"\nfingerprint = \"{}\"\n",
+            sim.base_url().trim_end_matches("/api2/json"),
+            sim.fingerprint().unwrap()
+        ),
+    )
+    .unwrap();
+    let world = World {
+        sim,
+        files_url: String::new(),
+        dir,
+    };
+    let api = Api::new(&world);
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/qemu",
+        &[("vmid", "150"), ("name", "up"), ("memory", "512")],
+    )
+    .await;
+
+    let output = adopt_with(&world, &[]).await;
+    assert_ok(&output);
+    let report = stdout(&output);
+    assert!(
+        report.starts_with("adopt: cluster lab, nodes pve1, pve2: "),
+        "{report}"
+    );
+    assert!(
+        report.contains("node pve3: status `offline`: its guests and files were not read"),
+        "{report}"
+    );
+    assert!(world.repo().join("vm/lab/up.yaml").is_file());
+}
