@@ -6,19 +6,23 @@
 //! full channel means a pass is already pending, so the delivery is coalesced into it. The
 //! handler never fetches git, never touches PVE and never uses the commit SHA in the payload:
 //! the pass applies whatever `git fetch` finds. Every provider goes through the same handler;
-//! only the header table in [`provider`] differs.
+//! only the header table in [`provider`] differs. A push identical to one accepted in the last
+//! ten minutes is a replay and is coalesced ([`replay`]), so a flood of one captured delivery
+//! cannot run pass after pass.
 //!
 //! Answers: body over [`MAX_BODY_BYTES`] → 413; bad or missing signature → 401 (logged at warn,
 //! without the secret or the signature); signed ping → 200; push to the followed branch → 202
-//! (nudged or coalesced); anything else signed → 202 ignored; a signed push without a readable
+//! (nudged, coalesced, or a replay); anything else signed → 202 ignored; a signed push without a readable
 //! `ref` → 400; the agent no longer listening → 503.
 
 pub mod event;
 pub mod provider;
+pub mod replay;
 pub mod signature;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -61,6 +65,8 @@ pub struct WebhookState {
     pub nudge: mpsc::Sender<Nudge>,
     /// Delivery counters, shared with whoever renders `/metrics`.
     pub metrics: Arc<WebhookMetrics>,
+    /// The pushes accepted recently, to recognise replays.
+    pub replays: Arc<replay::Replays>,
 }
 
 impl WebhookState {
@@ -75,6 +81,7 @@ impl WebhookState {
             branch: branch.into(),
             nudge,
             metrics: Arc::default(),
+            replays: Arc::default(),
         }
     }
 }
@@ -97,7 +104,8 @@ pub struct WebhookCounts {
     pub rejected: u64,
     /// Verified deliveries that ask for nothing: pings, other branches, tags, other events.
     pub ignored: u64,
-    /// Pushes to the followed branch while a pass was already pending.
+    /// Pushes to the followed branch while a pass was already pending, or identical to one
+    /// accepted in the last ten minutes (a replay).
     pub coalesced: u64,
 }
 
@@ -184,13 +192,24 @@ fn deliver(
             (StatusCode::OK, "pong\n")
         }
         Event::Push { branch } if branch == state.branch => {
+            let now = Instant::now();
+            if state.replays.is_replay(provider, &body, now) {
+                WebhookMetrics::count(&metrics.coalesced);
+                debug!(%provider, ?delivery, %branch, "webhook push identical to one accepted recently: a replay, nothing new");
+                return (
+                    StatusCode::ACCEPTED,
+                    "coalesced: identical to a delivery already accepted\n",
+                );
+            }
             match state.nudge.try_send(Nudge { provider }) {
                 Ok(()) => {
+                    state.replays.record(provider, &body, now);
                     WebhookMetrics::count(&metrics.accepted);
                     info!(%provider, ?delivery, %branch, "webhook push: pass requested");
                     (StatusCode::ACCEPTED, "accepted\n")
                 }
                 Err(TrySendError::Full(_)) => {
+                    state.replays.record(provider, &body, now);
                     WebhookMetrics::count(&metrics.coalesced);
                     debug!(%provider, ?delivery, %branch, "webhook push: a pass is already pending");
                     (StatusCode::ACCEPTED, "coalesced with a pending pass\n")

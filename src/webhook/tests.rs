@@ -368,12 +368,43 @@ async fn burst_of_50_valid_deliveries_leaves_exactly_one_nudge_pending() {
 #[tokio::test]
 async fn push_after_the_pending_nudge_was_taken_nudges_again() {
     let (state, mut rx) = receiver(SECRET, "main");
-    for _ in 0..2 {
-        let request = signed(Provider::GitHub, SECRET, "push", push_body("main"));
+    for after in ["1", "2"] {
+        let body = serde_json::json!({ "ref": "refs/heads/main", "after": after.repeat(40) });
+        let request = signed(Provider::GitHub, SECRET, "push", body.to_string().into_bytes());
         assert_eq!(send(&state, request).await.1, "accepted\n");
         assert!(rx.try_recv().is_ok());
     }
     assert_eq!(state.metrics.snapshot().accepted, 2);
+}
+
+#[tokio::test]
+async fn a_replayed_push_is_coalesced_even_after_its_pass_was_taken() {
+    let (state, mut rx) = receiver(SECRET, "main");
+    let request = signed(Provider::GitHub, SECRET, "push", push_body("main"));
+    assert_eq!(send(&state, request).await.1, "accepted\n");
+    assert!(rx.try_recv().is_ok());
+    for _ in 0..3 {
+        let replay = signed(Provider::GitHub, SECRET, "push", push_body("main"));
+        assert_eq!(
+            send(&state, replay).await,
+            (
+                StatusCode::ACCEPTED,
+                "coalesced: identical to a delivery already accepted\n".to_owned()
+            )
+        );
+    }
+    assert_no_nudge(&mut rx);
+    // The same body from another forge is another delivery.
+    let other = signed(Provider::Gitea, SECRET, "push", push_body("main"));
+    assert_eq!(send(&state, other).await.1, "accepted\n");
+    assert_eq!(
+        state.metrics.snapshot(),
+        WebhookCounts {
+            accepted: 2,
+            coalesced: 3,
+            ..WebhookCounts::default()
+        }
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,92 @@
+//! Replayed deliveries: a verified push whose provider and body are byte for byte those of a
+//! push accepted in the last [`REPLAY_WINDOW`] asks for nothing new, so it is coalesced rather
+//! than nudging another pass (issue 8: a flood of one captured delivery ran passes back to
+//! back, 370 in 30 s).
+//!
+//! Why identical means redundant: the first copy was accepted before the pass it nudged (or
+//! coalesced into) started, and that pass fetches whatever the branch holds then, so every
+//! later copy describes a push that pass already sees. Forges never send the same body for two
+//! pushes (`before`/`after` and timestamps differ). HMAC carries no nonce and the delivery-id
+//! headers are not signed, so the body is the only thing a replay cannot change.
+//!
+//! Bounded: the last [`CAPACITY`] accepted deliveries, as SHA-256 digests.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::Provider;
+
+/// How long an accepted delivery's copies are treated as replays.
+pub const REPLAY_WINDOW: Duration = Duration::from_secs(10 * 60);
+
+/// How many accepted deliveries are remembered.
+const CAPACITY: usize = 256;
+
+/// The recently accepted pushes.
+#[derive(Debug, Default)]
+pub struct Replays {
+    seen: Mutex<VecDeque<(Provider, [u8; 32], Instant)>>,
+}
+
+impl Replays {
+    /// Whether an identical delivery was recorded within the window before `now`.
+    pub fn is_replay(&self, provider: Provider, body: &[u8], now: Instant) -> bool {
+        let digest = digest(body);
+        self.lock().iter().any(|(p, d, at)| {
+            *p == provider && *d == digest && now.saturating_duration_since(*at) < REPLAY_WINDOW
+        })
+    }
+
+    /// Records an accepted delivery, forgetting the oldest beyond the capacity.
+    pub fn record(&self, provider: Provider, body: &[u8], now: Instant) {
+        let mut seen = self.lock();
+        if seen.len() == CAPACITY {
+            seen.pop_front();
+        }
+        seen.push_back((provider, digest(body), now));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Provider, [u8; 32], Instant)>> {
+        // Nothing can panic while the lock is held; a poisoned list is still a valid list.
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn digest(body: &[u8]) -> [u8; 32] {
+    Sha256::digest(body).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_identical_body_from_the_same_provider_is_a_replay_within_the_window_only() {
+        let replays = Replays::default();
+        let start = Instant::now();
+        assert!(!replays.is_replay(Provider::GitHub, b"push", start));
+        replays.record(Provider::GitHub, b"push", start);
+        assert!(replays.is_replay(Provider::GitHub, b"push", start));
+        assert!(!replays.is_replay(Provider::Gitea, b"push", start));
+        assert!(!replays.is_replay(Provider::GitHub, b"push ", start));
+        let later = start + REPLAY_WINDOW;
+        assert!(!replays.is_replay(Provider::GitHub, b"push", later));
+    }
+
+    #[test]
+    fn the_oldest_delivery_is_forgotten_beyond_the_capacity() {
+        let replays = Replays::default();
+        let now = Instant::now();
+        for i in 0..=CAPACITY {
+            replays.record(Provider::GitHub, i.to_string().as_bytes(), now);
+        }
+        assert!(!replays.is_replay(Provider::GitHub, b"0", now));
+        assert!(replays.is_replay(Provider::GitHub, b"1", now));
+        assert!(replays.is_replay(Provider::GitHub, CAPACITY.to_string().as_bytes(), now));
+    }
+}
