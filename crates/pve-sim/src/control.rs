@@ -45,6 +45,16 @@ impl SimControl {
         self.shared.faults().add_http(fault)
     }
 
+    /// Handles requests whose path matches, then answers 500 or 595/596 instead of PVE's
+    /// reply: PVE acted and the caller never learns it (a proxied connection dropped after
+    /// the target node ran the request).
+    ///
+    /// # Errors
+    /// A bad pattern or an unsupported status.
+    pub fn lose_answers(&self, fault: HttpFault) -> Result<(), FaultError> {
+        self.shared.faults().add_lost_answer(fault)
+    }
+
     /// Delays every request whose path matches `pattern` (all when `None`).
     ///
     /// # Errors

@@ -68,6 +68,19 @@ struct ActiveHttpFault {
     fault: HttpFault,
 }
 
+impl ActiveHttpFault {
+    fn new(fault: HttpFault) -> Result<Self, FaultError> {
+        if !matches!(fault.status, 403 | 500 | 595 | 596) {
+            return Err(FaultError::Status(fault.status));
+        }
+        let regex = Regex::new(&fault.pattern).map_err(|source| FaultError::Pattern {
+            pattern: fault.pattern.clone(),
+            source,
+        })?;
+        Ok(Self { regex, fault })
+    }
+}
+
 #[derive(Debug)]
 struct StorageListingFault {
     node: String,
@@ -88,6 +101,8 @@ struct LatencyFault {
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     http: Vec<ActiveHttpFault>,
+    /// Faults fired after the request was handled: PVE acted, the answer was lost.
+    lost_answers: Vec<ActiveHttpFault>,
     storage_listing: Vec<StorageListingFault>,
     latency: Vec<LatencyFault>,
     task_failures: Vec<(String, String)>,
@@ -99,14 +114,14 @@ pub(crate) struct Faults {
 
 impl Faults {
     pub(crate) fn add_http(&mut self, fault: HttpFault) -> Result<(), FaultError> {
-        if !matches!(fault.status, 403 | 500 | 595 | 596) {
-            return Err(FaultError::Status(fault.status));
-        }
-        let regex = Regex::new(&fault.pattern).map_err(|source| FaultError::Pattern {
-            pattern: fault.pattern.clone(),
-            source,
-        })?;
-        self.http.push(ActiveHttpFault { regex, fault });
+        let active = ActiveHttpFault::new(fault)?;
+        self.http.push(active);
+        Ok(())
+    }
+
+    pub(crate) fn add_lost_answer(&mut self, fault: HttpFault) -> Result<(), FaultError> {
+        let active = ActiveHttpFault::new(fault)?;
+        self.lost_answers.push(active);
         Ok(())
     }
 
@@ -198,9 +213,29 @@ impl Faults {
 
     /// The injected answer for this request, if a fault fires (consuming one use).
     pub(crate) fn take_http(&mut self, method: &str, path: &str) -> Option<Injected> {
+        let mut faults = std::mem::take(&mut self.http);
+        let fired = self.take_from(&mut faults, method, path);
+        self.http = faults;
+        fired
+    }
+
+    /// The answer replacing the reply to a request PVE has handled, if a lost-answer fault
+    /// fires (consuming one use).
+    pub(crate) fn take_lost_answer(&mut self, method: &str, path: &str) -> Option<Injected> {
+        let mut faults = std::mem::take(&mut self.lost_answers);
+        let fired = self.take_from(&mut faults, method, path);
+        self.lost_answers = faults;
+        fired
+    }
+
+    fn take_from(
+        &mut self,
+        faults: &mut Vec<ActiveHttpFault>,
+        method: &str,
+        path: &str,
+    ) -> Option<Injected> {
         let mut fired = None;
-        for index in 0..self.http.len() {
-            let active = &self.http[index];
+        for active in faults.iter_mut() {
             let f = &active.fault;
             if f.method
                 .as_deref()
@@ -210,11 +245,10 @@ impl Faults {
             {
                 continue;
             }
-            let probability = f.probability;
-            if !self.fires(probability) {
+            if !self.fires(f.probability) {
                 continue;
             }
-            let f = &mut self.http[index].fault;
+            let f = &mut active.fault;
             if let Some(t) = f.times.as_mut() {
                 *t -= 1;
             }
@@ -233,7 +267,7 @@ impl Faults {
             });
             break;
         }
-        self.http.retain(|a| a.fault.times != Some(0));
+        faults.retain(|a| a.fault.times != Some(0));
         fired
     }
 

@@ -92,50 +92,52 @@ pub(crate) fn handle(
 ) -> Response<Full<Bytes>> {
     let control = SimControl::new(Arc::clone(shared));
     let ok = || answer(StatusCode::OK, &json!({ "ok": true }));
-    let result = match (method, path.trim_end_matches('/')) {
-        ("GET", "/_sim/requests") => Ok(answer(
-            StatusCode::OK,
-            &serde_json::to_value(control.requests()).unwrap_or(Value::Null),
-        )),
-        ("DELETE", "/_sim/requests") => {
-            control.clear_requests();
-            Ok(ok())
-        }
-        ("DELETE", "/_sim/faults") => {
-            control.clear_faults();
-            Ok(ok())
-        }
-        ("POST", "/_sim/faults/storage-listing") => parse::<StorageListing>(body).map(|f| {
-            control.fail_storage_listing(&f.node, &f.storage, f.times, f.message.as_deref());
-            ok()
-        }),
-        ("POST", "/_sim/faults/http") => {
-            parse::<HttpFault>(body).map(|f| control.fail_requests(f).map_or_else(bad, |()| ok()))
-        }
-        ("POST", "/_sim/faults/latency") => parse::<Latency>(body).map(|f| {
-            let delay = Duration::from_millis(f.millis);
-            match f.probability {
-                None => control.add_latency(f.pattern.as_deref(), delay),
-                Some(p) => control.add_latency_spikes(f.pattern.as_deref(), delay, p),
+    let result =
+        match (method, path.trim_end_matches('/')) {
+            ("GET", "/_sim/requests") => Ok(answer(
+                StatusCode::OK,
+                &serde_json::to_value(control.requests()).unwrap_or(Value::Null),
+            )),
+            ("DELETE", "/_sim/requests") => {
+                control.clear_requests();
+                Ok(ok())
             }
-            .map_or_else(bad, |()| ok())
-        }),
-        ("POST", "/_sim/faults/seed") => parse::<FaultSeed>(body).map(|f| {
-            control.seed_faults(f.seed);
-            ok()
-        }),
-        ("POST", "/_sim/faults/task") => parse::<TaskFailure>(body).map(|f| {
-            control.fail_next_task(&f.kind, &f.message);
-            ok()
-        }),
-        ("POST", "/_sim/faults/lock-timeout") => parse::<LockTimeout>(body).map(|f| {
-            control.time_out_lock(f.vmid, f.times);
-            ok()
-        }),
-        _ => Ok(answer(
-            StatusCode::NOT_FOUND,
-            &json!({ "error": format!("no control endpoint {method} {path}") }),
-        )),
-    };
+            ("DELETE", "/_sim/faults") => {
+                control.clear_faults();
+                Ok(ok())
+            }
+            ("POST", "/_sim/faults/storage-listing") => parse::<StorageListing>(body).map(|f| {
+                control.fail_storage_listing(&f.node, &f.storage, f.times, f.message.as_deref());
+                ok()
+            }),
+            ("POST", "/_sim/faults/http") => parse::<HttpFault>(body)
+                .map(|f| control.fail_requests(f).map_or_else(bad, |()| ok())),
+            ("POST", "/_sim/faults/lost-answer") => parse::<HttpFault>(body)
+                .map(|f| control.lose_answers(f).map_or_else(bad, |()| ok())),
+            ("POST", "/_sim/faults/latency") => parse::<Latency>(body).map(|f| {
+                let delay = Duration::from_millis(f.millis);
+                match f.probability {
+                    None => control.add_latency(f.pattern.as_deref(), delay),
+                    Some(p) => control.add_latency_spikes(f.pattern.as_deref(), delay, p),
+                }
+                .map_or_else(bad, |()| ok())
+            }),
+            ("POST", "/_sim/faults/seed") => parse::<FaultSeed>(body).map(|f| {
+                control.seed_faults(f.seed);
+                ok()
+            }),
+            ("POST", "/_sim/faults/task") => parse::<TaskFailure>(body).map(|f| {
+                control.fail_next_task(&f.kind, &f.message);
+                ok()
+            }),
+            ("POST", "/_sim/faults/lock-timeout") => parse::<LockTimeout>(body).map(|f| {
+                control.time_out_lock(f.vmid, f.times);
+                ok()
+            }),
+            _ => Ok(answer(
+                StatusCode::NOT_FOUND,
+                &json!({ "error": format!("no control endpoint {method} {path}") }),
+            )),
+        };
     result.unwrap_or_else(|r| *r)
 }

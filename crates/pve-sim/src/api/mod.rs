@@ -443,7 +443,14 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
         status: 0,
     };
 
-    let result = handle(&shared, &parts, &method, &rel, &segs, params).await;
+    let mut result = handle(&shared, &parts, &method, &rel, &segs, params).await;
+    // PVE acted, but the answer is lost (a proxy dropping the connection): the caller sees
+    // only the injected error.
+    if let Ok((caller, _)) = &result
+        && let Some(injected) = shared.faults().take_lost_answer(&method, &rel)
+    {
+        result = Err((caller.clone(), injected_error(injected)));
+    }
     let response = match result {
         Ok((caller, reply)) => {
             record.user = caller.map(|c| c.authid);
@@ -466,6 +473,18 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
     response
 }
 
+fn injected_error(injected: Injected) -> ApiError {
+    match injected {
+        Injected::Die(m) => ApiError::die(m),
+        Injected::Forbidden(m) => ApiError::forbidden(m),
+        Injected::Proxy(status) => ApiError::Proxy {
+            status,
+            reason: "Errors during connection establishment, proxy handshake: Connection refused"
+                .to_string(),
+        },
+    }
+}
+
 type Handled = Result<(Option<Caller>, Reply), (Option<Caller>, ApiError)>;
 
 async fn handle(
@@ -477,18 +496,7 @@ async fn handle(
     params: Result<BTreeMap<String, String>, ApiError>,
 ) -> Handled {
     if let Some(injected) = shared.faults().take_http(method, rel) {
-        return Err((
-            None,
-            match injected {
-                Injected::Die(m) => ApiError::die(m),
-                Injected::Forbidden(m) => ApiError::forbidden(m),
-                Injected::Proxy(status) => ApiError::Proxy {
-                    status,
-                    reason: "Errors during connection establishment, proxy handshake: Connection refused"
-                        .to_string(),
-                },
-            },
-        ));
+        return Err((None, injected_error(injected)));
     }
 
     // pveproxy extracts the token header whenever no ticket cookie is sent, also on the paths

@@ -253,3 +253,30 @@ async fn a_path_pattern_can_answer_403() {
         "Permission check failed (/vms/100, VM.Config.Memory)\n"
     );
 }
+
+#[tokio::test]
+async fn a_lost_answer_lets_pve_act_but_answers_595() {
+    let s = sim().await;
+    s.sim
+        .control()
+        .lose_answers(HttpFault {
+            pattern: "^/nodes/pve1/qemu$".to_string(),
+            method: Some("POST".to_string()),
+            status: 595,
+            message: None,
+            times: Some(1),
+            probability: None,
+        })
+        .unwrap();
+    let r = s
+        .post("/nodes/pve1/qemu", &[("vmid", "4242"), ("memory", "512")])
+        .await;
+    assert_eq!(r.status, 595);
+    assert_eq!(r.text, "");
+    // The create ran: the vmid is taken, and a second create is refused as PVE refuses it.
+    assert_eq!(s.get("/nodes/pve1/qemu/4242/config").await.status, 200);
+    let again = s
+        .post("/nodes/pve1/qemu", &[("vmid", "4242"), ("memory", "512")])
+        .await;
+    assert_eq!(again.status, 500, "{}", again.text);
+}
