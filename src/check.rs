@@ -1235,6 +1235,33 @@ mod tests {
     }
 
     #[test]
+    fn a_container_not_declared_unprivileged_needs_sys_modify_on_root() {
+        let create = |params: &[(&str, &str)]| Action {
+            resource: ResourceId::new(Kind::Lxc, "dns"),
+            node: "pve1".into(),
+            verb: Verb::Create(proxops_core::plan::Create {
+                vmid: 200,
+                guest_type: GuestType::Lxc,
+                params: params
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                grow: Vec::new(),
+            }),
+            reason: "missing".into(),
+        };
+        let needs_sys_modify = |action: &Action| {
+            action_requirements(action, &|_| None)
+                .iter()
+                .any(|r| r.options == vec![vec![pp("/", "Sys.Modify")]])
+        };
+        // PVE's default is a privileged container.
+        assert!(needs_sys_modify(&create(&[("memory", "512")])));
+        assert!(needs_sys_modify(&create(&[("unprivileged", "0")])));
+        assert!(!needs_sys_modify(&create(&[("unprivileged", "1")])));
+    }
+
+    #[test]
     fn storages_lacking_content_are_problems_with_a_pvesm_fix() {
         let mut uses = Uses::default();
         uses.storages
