@@ -406,11 +406,54 @@ async fn a_token_lacking_allocate_template_is_told_the_privilege_and_path_and_ap
     assert!(world.listing("pve1", "local", "iso").await.is_empty());
 }
 
+/// A CT template to download and an unprivileged container from it.
+fn write_template_and_container(world: &World) {
+    let url = format!("{}/ct.tar.zst", world.files_url);
+    world.write(
+        "ctt/debian-12.yaml",
+        Some(&artifact(
+            "CTTemplate",
+            "debian-12",
+            &["pve1"],
+            "debian-12-standard_12.12-1_amd64.tar.zst",
+            &url,
+            None,
+        )),
+    );
+    world.write(
+        "lxc/dns-1.yaml",
+        Some(
+            "apiVersion: proxops/v1alpha1
+kind: LXC
+metadata: {name: dns-1}
+spec:
+  node: pve1
+  vmid: 201
+  template: debian-12
+  memory: 512MiB
+  cpu: {cores: 1}
+  root: {storage: local-lvm, size: 8GiB}
+  networks:
+    - {bridge: vmbr0, ip: 192.0.2.53/24, gw: 192.0.2.1}
+  dns: {hostname: dns-1, nameservers: [1.1.1.1]}
+  options: {unprivileged: true, nesting: true}
+",
+        ),
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_documented_least_privilege_token_passes_check_and_applies() {
-    let (world, token_id) =
-        least_privilege_world(&[("netinst.iso", b"an installer".as_slice())], None).await;
+    let (world, token_id) = least_privilege_world(
+        &[
+            ("netinst.iso", b"an installer".as_slice()),
+            ("ct.tar.zst", b"a container template".as_slice()),
+        ],
+        None,
+    )
+    .await;
     write_iso_and_installer(&world);
+    write_template_and_container(&world);
 
     let out = world.proxops(&["check"]).await;
     let text = stdout(&out);
@@ -443,10 +486,16 @@ async fn the_documented_least_privilege_token_passes_check_and_applies() {
         world.listing("pve1", "local", "iso").await,
         vec!["local:iso/netinst.iso".to_owned()]
     );
-    let created = world
+    // One VM and one container created (in any order: same level, concurrent).
+    let mut created: Vec<String> = world
         .requests()
         .into_iter()
-        .filter(|r| r.method == "POST" && r.endpoint == "/nodes/{node}/qemu")
-        .count();
-    assert_eq!(created, 1);
+        .filter(|r| {
+            r.method == "POST"
+                && (r.endpoint == "/nodes/{node}/qemu" || r.endpoint == "/nodes/{node}/lxc")
+        })
+        .map(|r| r.endpoint)
+        .collect();
+    created.sort();
+    assert_eq!(created, vec!["/nodes/{node}/lxc", "/nodes/{node}/qemu"]);
 }
