@@ -793,8 +793,8 @@ pub fn migrate(
             say(
                 Level::Warning,
                 format!(
-                    "the packaged proxops-agent.service passes only pve-token-secret and \
-                     webhook-secret as credentials: add `LoadCredential={GIT_TOKEN_FILE}:{}` \
+                    "the packaged proxops-agent.service passes only pve-token-secret, \
+                     webhook-secret and age-identity as credentials: add `LoadCredential={GIT_TOKEN_FILE}:{}` \
                      with `systemctl edit proxops-agent`",
                     path.display()
                 ),
