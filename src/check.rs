@@ -786,6 +786,27 @@ pub fn privilege_items(token_id: &str, requirements: usize, missing: &[Missing])
         .collect()
 }
 
+/// The SOPS line: the references resolved, or why they cannot be (the agent would refuse
+/// every pass of the cluster then, before writing anything).
+fn secrets_item(outcome: Option<&Result<usize, String>>) -> Option<Item> {
+    Some(match outcome? {
+        Ok(guests) => Item::ok(
+            "secrets",
+            "SOPS",
+            format!(
+                "the cloud-init references of {guests} guest(s) resolve from the cluster's document"
+            ),
+        ),
+        Err(why) => Item::problem(
+            "secrets",
+            "SOPS",
+            why.clone(),
+            "fix the reference or the document, or give the agent its age identity \
+             ([secrets] age_key_file, SOPS_AGE_KEY_FILE or the age-identity credential)",
+        ),
+    })
+}
+
 /// What `check` needs from the caller.
 pub struct Inputs<'a> {
     /// The PVE API.
@@ -798,6 +819,9 @@ pub struct Inputs<'a> {
     pub desired: Option<&'a DesiredState>,
     /// The plan computed for it, when it loaded.
     pub plan: Option<&'a Plan>,
+    /// Resolving the cloud-init references from the cluster's SOPS document: `None` when no
+    /// manifest uses one, else how many guests were resolved or why none could be.
+    pub secrets: Option<Result<usize, String>>,
 }
 
 /// Runs every check against PVE.
@@ -894,6 +918,7 @@ pub async fn run(inputs: Inputs<'_>) -> Report {
             plan.actions().count()
         ),
     ));
+    items.extend(secrets_item(inputs.secrets.as_ref()));
     if let Some(reason) = &plan.aborted {
         items.push(Item::problem(
             "repository",

@@ -43,10 +43,23 @@ pub async fn report(pass: &PassArgs) -> anyhow::Result<Report> {
     let config = AgentConfig::load(&pass.config)
         .with_context(|| format!("loading {}", pass.config.display()))?;
     let prepared = pass.prepare()?;
-    let desired = match reconcile::desired_state(&prepared.files, prepared.cluster.as_deref()) {
+    let mut desired = match reconcile::desired_state(&prepared.files, prepared.cluster.as_deref()) {
         Ok(desired) => Some(desired),
         Err(error) => return Err(output::reconcile_error(error)),
     };
+    // Resolved like a pass would (so the plan compares the real keys), but a failure is a
+    // checklist problem rather than the end of the check.
+    let secrets = desired.as_mut().and_then(|desired| {
+        let guests = desired.manifest.cloud_init_refs().count();
+        if guests == 0 {
+            return None;
+        }
+        Some(
+            reconcile::resolve_secrets(desired, &prepared.files, &prepared.context.secrets)
+                .map(|()| guests)
+                .map_err(|e| crate::observe::error_text(&e)),
+        )
+    });
     let plan = match &desired {
         Some(desired) => {
             Some(reconcile::observe_and_plan_with(&prepared.context, desired, &prepared.plan).await)
@@ -59,6 +72,7 @@ pub async fn report(pass: &PassArgs) -> anyhow::Result<Report> {
         scope: &prepared.context.scope,
         desired: desired.as_ref(),
         plan: plan.as_ref(),
+        secrets,
     })
     .await)
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use proxops_core::manifest::{CloudInitData, Spec};
+use proxops_core::manifest::CloudInitData;
 use proxops_core::repository::DesiredState;
 use proxops_core::secret::{ResolvedCloudInit, Sealed};
 use secrecy::{ExposeSecret, SecretString};
@@ -96,16 +96,8 @@ pub fn resolve_desired(
 ) -> Result<(), ResolveError> {
     let wanting: Vec<_> = desired
         .manifest
-        .resources()
-        .filter_map(|r| match &r.spec {
-            Some(Spec::Vm(vm))
-                if !vm.cloud_init_data.ssh_key_refs.is_empty()
-                    || vm.cloud_init_data.ci_password_ref.is_some() =>
-            {
-                Some((r.id.clone(), vm.cloud_init_data.clone()))
-            }
-            _ => None,
-        })
+        .cloud_init_refs()
+        .map(|(id, data)| (id.clone(), data.clone()))
         .collect();
     if wanting.is_empty() {
         return Ok(());
@@ -302,7 +294,7 @@ mod tests {
     fn resolved(desired: &DesiredState) -> Option<&ResolvedCloudInit> {
         let id = proxops_core::resource::ResourceId::new(proxops_core::resource::Kind::Vm, "web");
         match &desired.manifest.get(&id)?.spec {
-            Some(Spec::Vm(vm)) => vm.cloud_init_data.resolved.as_ref(),
+            Some(proxops_core::manifest::Spec::Vm(vm)) => vm.cloud_init_data.resolved.as_ref(),
             _ => None,
         }
     }

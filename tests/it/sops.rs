@@ -727,3 +727,54 @@ async fn a_clone_gets_its_own_keys_and_password_instead_of_its_templates() {
     let again = cli(&world, &["plan"]).await;
     assert_eq!(again.status.code(), Some(0), "{}", stdout(&again));
 }
+
+// `proxops check` resolves the references like a pass would, and reports a failure as a
+// checklist problem instead of stopping.
+
+/// The `secrets` line of `proxops check`'s output.
+fn secrets_line(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|l| l.contains("] secrets SOPS: "))
+        .unwrap_or("(no secrets line)")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_reports_the_references_resolved_with_the_agents_identity() {
+    let world = World::start(&[]).await;
+    let identity = identity_in(world.dir.path());
+    world_repo(&world, Some(&identity));
+    let out = cli(&world, &["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(
+        secrets_line(&text),
+        "[ok     ] secrets SOPS: the cloud-init references of 1 guest(s) resolve from the cluster's document",
+        "{text}"
+    );
+    assert_no_secret("check output", &text);
+    assert_no_secret("check log", &stderr(&out));
+    assert!(world.writes().is_empty(), "{:?}", world.writes());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_names_a_wrong_identity_as_a_problem_with_what_to_do() {
+    let world = World::start(&[]).await;
+    let other = world.dir.path().join("other-identity.txt");
+    std::fs::copy(fixture("sops/fluxcd/age.txt"), &other).unwrap();
+    world_repo(&world, Some(&other));
+    let out = cli(&world, &["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        secrets_line(&text).starts_with(
+            "[PROBLEM] secrets SOPS: cloud-init references cannot be resolved: \
+             clusters/lab/secrets.sops.yaml: wrong age identity: "
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: fix the reference or the document, or give the agent its age identity")
+    );
+    assert_no_secret("check output", &text);
+    assert!(world.writes().is_empty(), "{:?}", world.writes());
+}

@@ -308,6 +308,22 @@ impl Manifest {
         }
     }
 
+    /// The VMs and TemplateVMs whose cloud-init data names SOPS references
+    /// (`ssh-key-refs`, `ci-password-ref`), with that data.
+    pub fn cloud_init_refs(
+        &self,
+    ) -> impl Iterator<Item = (&ResourceId, &crate::manifest::CloudInitData)> {
+        self.resources.values().filter_map(|r| match &r.spec {
+            Some(crate::manifest::Spec::Vm(vm))
+                if !vm.cloud_init_data.ssh_key_refs.is_empty()
+                    || vm.cloud_init_data.ci_password_ref.is_some() =>
+            {
+                Some((&r.id, &vm.cloud_init_data))
+            }
+            _ => None,
+        })
+    }
+
     /// Whether a resource with this id is declared.
     pub fn contains(&self, id: &ResourceId) -> bool {
         self.resources.contains_key(id)
