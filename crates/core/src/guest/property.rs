@@ -93,8 +93,10 @@ pub fn percent_decode(text: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
+        // Two hex digits exactly: `from_str_radix` alone would also take a sign (`%+1`).
         let hex = bytes
             .get(i + 1..i + 3)
+            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
             .and_then(|h| std::str::from_utf8(h).ok())
             .and_then(|h| u8::from_str_radix(h, 16).ok());
         match (bytes[i], hex) {
@@ -194,6 +196,7 @@ mod tests {
         );
         assert_eq!(percent_decode(&encoded), key);
         assert_eq!(percent_decode("a%2bb+c%zz"), "a+b+c%zz");
+        assert_eq!(percent_decode("%+1%-f"), "%+1%-f");
     }
 
     #[test]

@@ -73,8 +73,17 @@ proptest! {
     }
 
     #[test]
-    fn percent_decoding_never_panics(text in "[%0-9a-fA-F+g-z]{0,60}|.{0,60}") {
-        let _ = percent_decode(&text);
+    fn percent_decoding_changes_only_percent_and_two_hex_digits(
+        text in "[%0-9a-fA-F+g-z-]{0,60}|.{0,60}",
+    ) {
+        let decoded = percent_decode(&text);
+        let has_escape = text
+            .as_bytes()
+            .windows(3)
+            .any(|w| w[0] == b'%' && w[1].is_ascii_hexdigit() && w[2].is_ascii_hexdigit());
+        if !has_escape {
+            prop_assert_eq!(decoded, text);
+        }
     }
 
     #[test]
