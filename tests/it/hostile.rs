@@ -158,3 +158,107 @@ fn a_7_mib_scalar_is_read_and_reported_in_bounded_memory() {
         &["long.yaml:4:9: error: metadata.name:"],
     );
 }
+
+/// A push to `main` naming `after`, so each delivery differs (identical ones are replays).
+fn push_naming(after: &str) -> String {
+    format!(r#"{{"ref":"refs/heads/main","after":"{after}","commits":[]}}"#)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_commits_are_refused_by_the_running_agent_which_keeps_the_last_good_revision() {
+    use crate::agent_process::{Setup, TrustLine};
+
+    let setup = Setup::start("hostile-token-secret", "hostile-webhook-secret").await;
+    let agent = setup.spawn("hostile", &TrustLine::Pin, "info");
+    agent
+        .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(setup.commit.as_str()))
+        .await;
+    let deliver = |after: String| {
+        let body = push_naming(&after);
+        let signature = agent.github_signature(body.as_bytes());
+        agent
+            .http
+            .post(agent.url("/hooks/github"))
+            .header("X-GitHub-Event", "push")
+            .header("X-Hub-Signature-256", signature)
+            .body(body)
+            .send()
+    };
+
+    // A billion-laughs manifest: the revision is invalid, with the located diagnostic.
+    let start = Instant::now();
+    let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
+    for (name, prev) in ('b'..='i').zip('a'..='h') {
+        bomb.push_str(&format!(
+            "{name}: &{name} [{}]\n",
+            vec![format!("*{prev}"); 9].join(", ")
+        ));
+    }
+    let invalid = setup.repo.commit_files(&[("iso/bomb.yaml", &bomb)], "bomb");
+    assert_eq!(deliver(invalid.clone()).await.unwrap().status(), 202);
+    let status = agent
+        .wait_for(|s| s["last_attempted"]["commit"].as_str() == Some(invalid.as_str()))
+        .await;
+    assert_eq!(status["last_attempted"]["outcome"], "invalid", "{status}");
+    assert_eq!(
+        status["last_applied"]["commit"].as_str(),
+        Some(setup.commit.as_str())
+    );
+    // The located diagnostic is recorded with the pass (the API shows only the outcome).
+    let db = rusqlite::Connection::open_with_flags(
+        setup.state_dir("hostile").join("state.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let diagnostics: String = db
+        .query_row(
+            "SELECT diagnostics FROM passes WHERE revision = ?1",
+            [&invalid],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(
+        diagnostics.contains("iso/bomb.yaml")
+            && diagnostics.contains("document too large: more than 20000 YAML nodes"),
+        "{diagnostics}"
+    );
+
+    // A 9 MiB manifest: refused from its size, before it is read; the last good revision stays.
+    setup.repo.remove("iso/bomb.yaml");
+    setup
+        .repo
+        .write("iso/huge.yaml", vec![b'#'; 9 * 1024 * 1024]);
+    let huge = setup.repo.commit("huge");
+    setup.repo.push();
+    assert_eq!(deliver(huge).await.unwrap().status(), 202);
+    let limit = "iso/huge.yaml in commit";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !agent.stderr_text().contains(limit) {
+        assert!(Instant::now() < deadline, "{}", agent.stderr_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let line = agent
+        .stderr_text()
+        .lines()
+        .find(|l| l.contains(limit))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains("is 9437184 bytes, more than the 8 MiB a manifest file may hold"),
+        "{line}"
+    );
+    let status = agent.wait_for(|s| s["last_attempted"].is_object()).await;
+    assert_eq!(
+        status["last_applied"]["commit"].as_str(),
+        Some(setup.commit.as_str())
+    );
+    let (code, _) = agent.get_text("/healthz").await;
+    assert_eq!(code, 200);
+    let peak = agent.peak_rss_kib();
+    assert!(peak < 256 * 1024, "agent peak RSS {peak} KiB");
+    report(
+        "the agent after a bomb commit and a 9 MiB commit",
+        Some(peak),
+        start.elapsed(),
+    );
+}
