@@ -12,8 +12,8 @@
 //!
 //! Answers: body over [`MAX_BODY_BYTES`] → 413; bad or missing signature → 401 (logged at warn,
 //! without the secret or the signature); signed ping → 200; push to the followed branch → 202
-//! (nudged, coalesced, or a replay); anything else signed → 202 ignored; a signed push without a readable
-//! `ref` → 400; the agent no longer listening → 503.
+//! (nudged, coalesced, or a replay); anything else signed → 202 ignored; a signed push without
+//! a readable `ref` → 400; the agent no longer listening → 503.
 
 pub mod event;
 pub mod provider;

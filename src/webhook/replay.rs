@@ -40,13 +40,16 @@ impl Replays {
         })
     }
 
-    /// Records an accepted delivery, forgetting the oldest beyond the capacity.
+    /// Records an accepted delivery (once: concurrent copies may all get here), forgetting the
+    /// oldest beyond the capacity.
     pub fn record(&self, provider: Provider, body: &[u8], now: Instant) {
+        let digest = digest(body);
         let mut seen = self.lock();
+        seen.retain(|(p, d, _)| !(*p == provider && *d == digest));
         if seen.len() == CAPACITY {
             seen.pop_front();
         }
-        seen.push_back((provider, digest(body), now));
+        seen.push_back((provider, digest, now));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Provider, [u8; 32], Instant)>> {
@@ -88,5 +91,17 @@ mod tests {
         assert!(!replays.is_replay(Provider::GitHub, b"0", now));
         assert!(replays.is_replay(Provider::GitHub, b"1", now));
         assert!(replays.is_replay(Provider::GitHub, CAPACITY.to_string().as_bytes(), now));
+    }
+
+    #[test]
+    fn recording_the_same_delivery_again_keeps_one_entry() {
+        let replays = Replays::default();
+        let now = Instant::now();
+        replays.record(Provider::GitHub, b"first", now);
+        for _ in 0..CAPACITY {
+            replays.record(Provider::GitHub, b"flood", now);
+        }
+        assert!(replays.is_replay(Provider::GitHub, b"first", now));
+        assert_eq!(replays.lock().len(), 2);
     }
 }
