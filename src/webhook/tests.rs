@@ -370,7 +370,12 @@ async fn push_after_the_pending_nudge_was_taken_nudges_again() {
     let (state, mut rx) = receiver(SECRET, "main");
     for after in ["1", "2"] {
         let body = serde_json::json!({ "ref": "refs/heads/main", "after": after.repeat(40) });
-        let request = signed(Provider::GitHub, SECRET, "push", body.to_string().into_bytes());
+        let request = signed(
+            Provider::GitHub,
+            SECRET,
+            "push",
+            body.to_string().into_bytes(),
+        );
         assert_eq!(send(&state, request).await.1, "accepted\n");
         assert!(rx.try_recv().is_ok());
     }
