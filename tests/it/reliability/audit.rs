@@ -55,6 +55,10 @@ impl Drop for RequestLog {
     }
 }
 
+/// The status the suites give lost answers (PVE acted, the caller saw an error), and only
+/// them, so the request log tells them from errors answered before PVE acted.
+pub(crate) const LOST_ANSWER: u16 = 596;
+
 /// The vmid a write acts on, and whether it creates or deletes a guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GuestWrite {
@@ -100,6 +104,10 @@ pub(crate) struct Writes {
     pub(crate) touched: BTreeSet<u32>,
     /// Requests answered with 5xx.
     pub(crate) server_errors: usize,
+    /// Requests PVE handled whose answer was lost (the suites inject these as 596 only).
+    pub(crate) lost_answers: usize,
+    /// vmids whose last create (or clone) PVE acted on was answered 596 (lost).
+    pub(crate) created_unseen: BTreeSet<u32>,
 }
 
 pub(crate) fn writes(log: &[RequestRecord]) -> Writes {
@@ -107,6 +115,9 @@ pub(crate) fn writes(log: &[RequestRecord]) -> Writes {
     for r in log {
         if r.status >= 500 {
             out.server_errors += 1;
+        }
+        if r.status == LOST_ANSWER {
+            out.lost_answers += 1;
         }
         let Some(write) = guest_write(r) else {
             continue;
@@ -118,6 +129,12 @@ pub(crate) fn writes(log: &[RequestRecord]) -> Writes {
                 out.touched.insert(vmid);
                 if accepted {
                     *out.accepted_creates.entry(vmid).or_default() += 1;
+                }
+                // The last create PVE acted on decides: answered (seen) or lost (unseen).
+                if r.status == LOST_ANSWER {
+                    out.created_unseen.insert(vmid);
+                } else if accepted {
+                    out.created_unseen.remove(&vmid);
                 }
             }
             GuestWrite::Delete(vmid) => {
@@ -343,15 +360,21 @@ pub(crate) fn reconcile(
         // A later task on the same node and guest, recorded for one action (downloads have
         // one task per action, so they must be recorded exactly).
         let guest_task = task.kind != "download" && task.id.parse::<u32>().is_ok();
+        // Only actions of several steps (a create's resize, a clone's or update's config
+        // write and resize) replace their UPID.
         let replaced = guest_task
-            && rows.iter().filter_map(|r| r.upid.as_deref()).any(|u| {
-                by_upid.get(u).is_some_and(|later| {
-                    later.node == task.node
-                        && later.id == task.id
-                        && later.starttime >= task.starttime
-                        && later.upid != task.upid
-                })
-            });
+            && rows
+                .iter()
+                .filter(|r| matches!(r.verb.as_str(), "create" | "clone" | "update"))
+                .filter_map(|r| r.upid.as_deref())
+                .any(|u| {
+                    by_upid.get(u).is_some_and(|later| {
+                        later.node == task.node
+                            && later.id == task.id
+                            && later.starttime >= task.starttime
+                            && later.upid != task.upid
+                    })
+                });
         if replaced {
             out.replaced_by_later_step += 1;
         } else {
