@@ -726,6 +726,35 @@ async fn crash_suite(scale: Scale) {
             running.len(),
             "every task running at the kill was waited for again and recorded"
         );
+        // Re-attached, not re-issued: no later task of the same type on the same object.
+        let running_upids: Vec<&str> = at_kill
+            .iter()
+            .filter(|a| running.contains(&a.id))
+            .filter_map(|a| a.upid.as_deref())
+            .collect();
+        let tasks = audit::sim_tasks(&suite.api).await;
+        for upid in running_upids {
+            let Some(task) = tasks.iter().find(|t| t.upid == upid) else {
+                panic!("the recorded task {upid} is unknown to PVE");
+            };
+            let again: Vec<&str> = tasks
+                .iter()
+                .filter(|t| {
+                    t.upid != task.upid
+                        && t.node == task.node
+                        && t.kind == task.kind
+                        && t.id == task.id
+                        && t.starttime >= task.starttime
+                        // A download task is named after its storage, shared by artifacts.
+                        && t.kind != "download"
+                })
+                .map(|t| t.upid.as_str())
+                .collect();
+            assert!(
+                again.is_empty(),
+                "the action of {upid}, running at kill {run}, was issued again: {again:?}"
+            );
+        }
         let peak_converged = suite.agent.terminate();
         assert_eq!(audit::integrity_check(&suite.agent.database), "ok");
         if moment == Moment::AfterApply
