@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::pve_api::Api;
 use crate::sim::World;
 use crate::support::{proxops, stderr, stdout};
 
@@ -21,42 +22,7 @@ const SSH_KEY_BLOB: &str = "AAAAC3NzaC1lZDI1NTE5AAAAIAdoptSecretKeyMaterialxyz";
 const CI_PASSWORD: &str = "ci-Hunter2-never-shown";
 const CT_PASSWORD: &str = "ct-Hunter3-never-shown";
 
-/// PVE's API with the world's token.
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
 impl Api {
-    fn new(world: &World) -> Api {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        Api {
-            base: world.sim.base_url(),
-            http: reqwest::Client::builder()
-                .danger_accept_invalid_certs(true)
-                .build()
-                .unwrap(),
-        }
-    }
-
-    async fn call(&self, method: reqwest::Method, path: &str, form: &[(&str, &str)]) -> Value {
-        let response = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .header(
-                "Authorization",
-                "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
-            )
-            .form(form)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        assert!(status.is_success(), "{path}: {status} {body}");
-        body["data"].clone()
-    }
-
     /// POSTs as `root@pam` with a login ticket: PVE lets only root@pam itself (not its API
     /// tokens) pass a host PCI device through (LIVE-FACTS.md, host PCI).
     async fn post_as_root(&self, node: &str, path: &str, form: &[(&str, &str)]) {
@@ -92,32 +58,6 @@ impl Api {
         if let Some(upid) = body["data"].as_str() {
             self.wait(node, upid).await;
         }
-    }
-
-    /// POSTs and, when PVE answers with a task, waits for it to end OK.
-    async fn post_and_wait(&self, node: &str, path: &str, form: &[(&str, &str)]) {
-        let data = self.call(reqwest::Method::POST, path, form).await;
-        if let Some(upid) = data.as_str() {
-            self.wait(node, upid).await;
-        }
-    }
-
-    async fn wait(&self, node: &str, upid: &str) {
-        for _ in 0..200 {
-            let status = self
-                .call(
-                    reqwest::Method::GET,
-                    &format!("/nodes/{node}/tasks/{upid}/status"),
-                    &[],
-                )
-                .await;
-            if status["status"] == "stopped" {
-                assert_eq!(status["exitstatus"], "OK", "{upid}: {status}");
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("task {upid} did not end");
     }
 
     async fn download(&self, world: &World, node: &str, content: &str, file: &str) {

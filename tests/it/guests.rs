@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::pve_api::Api;
 use crate::sim::{World, artifact, assert_all_requests_valid};
 use crate::support::{repo_root, stderr, stdout};
 
@@ -13,62 +14,7 @@ const IMAGE: &[u8] = b"a qcow2 disk image, one GiB once imported";
 const TARBALL: &[u8] = b"a container template tarball";
 const ISO: &[u8] = b"an installer image";
 
-/// Reads and writes the simulator's API directly (out-of-band changes, checks).
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
 impl Api {
-    fn new(world: &World) -> Api {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        Api {
-            base: world.sim.base_url(),
-            http: reqwest::Client::builder()
-                .danger_accept_invalid_certs(true)
-                .build()
-                .unwrap(),
-        }
-    }
-
-    async fn call(&self, method: reqwest::Method, path: &str, form: &[(&str, &str)]) -> Value {
-        let response = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .header(
-                "Authorization",
-                "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
-            )
-            .form(form)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        assert!(status.is_success(), "{path}: {status} {body}");
-        body["data"].clone()
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        self.call(reqwest::Method::GET, path, &[]).await
-    }
-
-    async fn put(&self, path: &str, form: &[(&str, &str)]) -> Value {
-        self.call(reqwest::Method::PUT, path, form).await
-    }
-
-    async fn post(&self, path: &str, form: &[(&str, &str)]) -> Value {
-        self.call(reqwest::Method::POST, path, form).await
-    }
-
-    /// A guest's config as text values (numbers as their decimal text).
-    async fn config(&self, node: &str, kind: &str, vmid: u32) -> serde_json::Map<String, Value> {
-        let data = self
-            .get(&format!("/nodes/{node}/{kind}/{vmid}/config"))
-            .await;
-        data.as_object().cloned().unwrap_or_default()
-    }
-
     async fn status(&self, node: &str, kind: &str, vmid: u32) -> String {
         let data = self
             .get(&format!("/nodes/{node}/{kind}/{vmid}/status/current"))

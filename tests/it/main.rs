@@ -18,6 +18,7 @@ mod guard_rails;
 mod guests;
 mod hostile;
 mod migrate;
+mod pve_api;
 mod readme;
 mod reliability;
 mod secrets_never_leak;

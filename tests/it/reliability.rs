@@ -33,6 +33,7 @@ use rand::{RngExt, SeedableRng};
 use serde_json::Value;
 
 use crate::git_server::TestRepo;
+use crate::pve_api::Api;
 use crate::sim::World;
 use agent_process::AgentProcess;
 use audit::RequestLog;
@@ -78,62 +79,7 @@ impl Scale {
     }
 }
 
-/// Reads and writes the simulator's API directly, as an operator would.
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
 impl Api {
-    fn new(world: &World) -> Api {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        Api {
-            base: world.sim.base_url(),
-            http: reqwest::Client::builder()
-                .danger_accept_invalid_certs(true)
-                .build()
-                .unwrap(),
-        }
-    }
-
-    async fn call(&self, method: reqwest::Method, path: &str, form: &[(&str, &str)]) -> Value {
-        let response = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .header(
-                "Authorization",
-                "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
-            )
-            .form(form)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        assert!(status.is_success(), "{path}: {status} {body}");
-        body["data"].clone()
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        self.call(reqwest::Method::GET, path, &[]).await
-    }
-
-    /// Waits for a task to end.
-    async fn wait(&self, node: &str, upid: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let status = self
-                .get(&format!("/nodes/{node}/tasks/{upid}/status"))
-                .await;
-            if status["status"] == "stopped" {
-                assert_eq!(status["exitstatus"], "OK", "{upid}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "task {upid} did not end");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     /// (vmid, name) of every guest in the cluster.
     async fn guests(&self) -> Vec<(u32, String)> {
         let data = self.get("/cluster/resources?type=vm").await;

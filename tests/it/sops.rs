@@ -109,6 +109,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::git_server::{GitDaemon, TestRepo};
+use crate::pve_api::Api;
 use crate::sim::World;
 
 /// Every secret value of the fixture VM: the two public keys and the password.
@@ -193,28 +194,9 @@ async fn cli(world: &World, args: &[&str]) -> std::process::Output {
 
 /// Reads a guest's config through the simulator's API.
 async fn guest_config(world: &World, vmid: u32) -> serde_json::Value {
-    // The simulator's certificate is self-signed; this read only checks the outcome.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .build()
-        .unwrap();
-    let body: serde_json::Value = client
-        .get(format!(
-            "{}/nodes/pve1/qemu/{vmid}/config",
-            world.sim.base_url()
-        ))
-        .header(
-            "Authorization",
-            "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
-        )
-        .send()
+    Api::new(world)
+        .get(&format!("/nodes/pve1/qemu/{vmid}/config"))
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["data"].clone()
 }
 
 /// The agent as a child process at trace level, following `repo` over git://.
@@ -599,25 +581,9 @@ async fn the_agent_records_an_unresolvable_ref_as_a_refused_revision_and_writes_
 
 /// A config write through the simulator's API, as an operator would make out of band.
 async fn pve_put(world: &World, vmid: u32, form: &[(&str, &str)]) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .build()
-        .unwrap();
-    let response = client
-        .put(format!(
-            "{}/nodes/pve1/qemu/{vmid}/config",
-            world.sim.base_url()
-        ))
-        .header(
-            "Authorization",
-            "PVEAPIToken=root@pam!proxops=proxops-dev-secret",
-        )
-        .form(form)
-        .send()
-        .await
-        .unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
+    Api::new(world)
+        .put(&format!("/nodes/pve1/qemu/{vmid}/config"), form)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
