@@ -9,7 +9,7 @@
 //! pushes (`before`/`after` and timestamps differ). HMAC carries no nonce and the delivery-id
 //! headers are not signed, so the body is the only thing a replay cannot change.
 //!
-//! Bounded: the last [`CAPACITY`] accepted deliveries, as SHA-256 digests.
+//! Bounded: the last `CAPACITY` accepted deliveries, as SHA-256 digests.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
