@@ -23,6 +23,13 @@ use tokio_util::sync::CancellationToken;
 use crate::execute::{Event, Options, Outcome, Progress};
 use crate::observe::error_text;
 
+/// Seconds since the epoch, as PVE writes a task's start time.
+fn epoch_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Why a step of a guest action did not succeed.
 enum StepError {
     /// PVE refused the request or the task failed.
@@ -160,10 +167,65 @@ impl GuestRun<'_> {
             GuestType::Qemu => request::qemu_create(self.node(), create.vmid, &params),
             GuestType::Lxc => request::lxc_create(self.node(), create.vmid, &params),
         };
-        let done = self.send_and_wait(&req).await.map_err(|e| scrub.apply(e))?;
+        let started = epoch_now();
+        let answer = match self.send(&req).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                let task_type = match create.guest_type {
+                    GuestType::Qemu => "qmcreate",
+                    GuestType::Lxc => "vzcreate",
+                };
+                match self
+                    .task_behind_lost_answer(&error, create.vmid, task_type, started)
+                    .await
+                {
+                    Some(upid) => Value::String(upid),
+                    None => return Err(scrub.apply(error)),
+                }
+            }
+        };
+        let done = self.wait(&answer).await.map_err(|e| scrub.apply(e))?;
         self.grow(create.vmid, create.guest_type, &create.grow)
             .await?;
         Ok(done)
+    }
+
+    /// The task our own earlier attempt started, when a resent create is refused because the
+    /// guest `already exists`: the client resends a write after a 595/596, which a pveproxy
+    /// can answer after the target node acted (GAPS 47). Only a task of this type, for this
+    /// vmid, by this token, started since the action began (less five minutes of clock skew
+    /// between us and the node) counts; anything else leaves the refusal as it is.
+    async fn task_behind_lost_answer(
+        &self,
+        error: &StepError,
+        vmid: u32,
+        task_type: &str,
+        started: u64,
+    ) -> Option<String> {
+        let StepError::Failed { upid: None, error } = error else {
+            return None;
+        };
+        if !error.contains("already exists") {
+            return None;
+        }
+        let req = request::node_tasks(self.node(), vmid, task_type, self.pve.token_id());
+        let tasks = self.pve.execute(&req).await.ok()?;
+        let not_before = started.saturating_sub(300);
+        let upid = tasks.as_array()?.iter().find_map(|task| {
+            let upid: Upid = task.get("upid")?.as_str()?.parse().ok()?;
+            let ours = upid.user() == self.pve.token_id()
+                && upid.task_type() == task_type
+                && upid.id() == vmid.to_string()
+                && u64::from(upid.starttime()) >= not_before;
+            ours.then(|| upid.to_string())
+        })?;
+        tracing::warn!(
+            node = %self.action.node,
+            resource = %self.action.resource,
+            %upid,
+            "create refused as `already exists` after a lost answer: following the task the first attempt started"
+        );
+        Some(upid)
     }
 
     async fn grow(&self, vmid: u32, guest_type: GuestType, grow: &[Grow]) -> Step<()> {

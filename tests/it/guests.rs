@@ -1189,3 +1189,42 @@ async fn a_container_that_ignores_shutdown_is_stopped_hard_and_an_unforced_shutd
     );
     assert_all_requests_valid(&world);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_whose_answer_was_lost_follows_the_task_it_started_instead_of_failing() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    world.write("vm/db.yaml", Some(&small_vm("db", 110, "")));
+    // PVE creates the VM, but the proxying node answers 596: the client resends the create,
+    // which PVE refuses because the VM already exists.
+    world
+        .sim
+        .control()
+        .lose_answers(proxops_pve_sim::HttpFault {
+            pattern: "^/nodes/pve1/qemu$".into(),
+            method: Some("POST".into()),
+            status: 596,
+            message: None,
+            times: Some(1),
+            probability: None,
+        })
+        .unwrap();
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    let creates: Vec<u16> = world
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/nodes/pve1/qemu")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(
+        creates,
+        [596, 500],
+        "the lost answer, then the refused resend"
+    );
+    assert_eq!(api.vmids().await, [110], "one guest, created once");
+    let config = api.config("pve1", "qemu", 110).await;
+    assert_eq!(text(&config, "name"), "db");
+    assert_eq!(world.proxops(&["plan"]).await.status.code(), Some(0));
+    assert_all_requests_valid(&world);
+}

@@ -240,6 +240,11 @@ impl PveClient {
         })
     }
 
+    /// The API token's id (`user@realm!name`): the user PVE writes into the tasks it starts.
+    pub fn token_id(&self) -> &str {
+        &self.inner.token_id
+    }
+
     /// Number of non-GET requests sent so far (each attempt counts). `adopt` asserts it stays 0.
     pub fn writes_sent(&self) -> u64 {
         self.inner.writes_sent.load(Ordering::Relaxed)

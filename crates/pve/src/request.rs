@@ -754,6 +754,17 @@ pub fn task_log(node: &str, upid: &Upid, start: u64, limit: u64) -> Request {
     .param("limit", limit.to_string())
 }
 
+/// `GET /nodes/{node}/tasks?source=all&vmid=V&typefilter=T&userfilter=U&limit=5`: the
+/// newest tasks (running or ended) of one type for one guest started by `user`.
+pub fn node_tasks(node: &str, vmid: u32, typefilter: &str, user: &str) -> Request {
+    Request::new(Method::Get, "/nodes/{node}/tasks", &[node])
+        .param("source", "all")
+        .param("vmid", vmid.to_string())
+        .param("typefilter", typefilter)
+        .param("userfilter", user)
+        .param("limit", "5")
+}
+
 // ---- access and pools --------------------------------------------------------------------
 
 /// `GET /access/permissions[?path=...&userid=...]`: the caller's (or `userid`'s) privileges.
