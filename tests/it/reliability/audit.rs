@@ -393,8 +393,16 @@ pub(crate) fn reconcile(
         let Some(vmid) = vmid_of.get(&row.resource) else {
             continue;
         };
+        // A create whose answer was lost (PVE acted, then answered 595/596) has no accepted
+        // request; the executor follows the task PVE started for it instead: a create task
+        // for this vmid started during the run is the proof.
+        let created_by_task = tasks.iter().any(|t| {
+            !before.contains(&t.upid)
+                && matches!(t.kind.as_str(), "qmcreate" | "vzcreate")
+                && t.id == vmid.to_string()
+        });
         let seen = match row.verb.as_str() {
-            "create" | "clone" => writes.accepted_creates.contains_key(vmid),
+            "create" | "clone" => writes.accepted_creates.contains_key(vmid) || created_by_task,
             "delete" => writes.accepted_deletes.contains_key(vmid),
             _ => true,
         };
