@@ -222,12 +222,7 @@ impl RunningAgent {
 
     /// The process's peak resident set size so far (`VmHWM`), in KiB.
     pub(crate) fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
+        crate::support::peak_rss_kib(self.child.id())
     }
 
     /// The HMAC-SHA256 of `body` with the webhook secret, in GitHub's header format.

@@ -78,12 +78,7 @@ impl AgentProcess {
 
     /// Peak resident set (VmHWM) of the running agent, in KiB.
     pub(crate) fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status")
+        crate::support::peak_rss_kib(self.pid())
     }
 
     /// kill -9 (no chance to record anything); returns the peak RSS read just before.
