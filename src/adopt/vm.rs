@@ -4,6 +4,7 @@
 //! the ownership tag. Anything the format cannot say is a gap, never guessed.
 
 use proxops_core::guest::{PropertyString, parse_bool, percent_decode};
+use proxops_core::manifest::{CONTROLLERS, NIC_MODELS, is_pci_address};
 use proxops_core::resource::Kind;
 
 use super::Isos;
@@ -11,37 +12,6 @@ use super::guest::{Mapping, mib_quantity, quantity, tags, volume_storage};
 use super::read::Guest;
 use super::ssh_keys::{Matched, SshKeyRefs};
 use super::yaml::{Map, Value};
-
-// The next lists and `is_pci_address` mirror `proxops_core::manifest::vm`, where they are
-// private: a live value outside them would not validate, so adopt makes it a gap instead.
-
-/// PVE's NIC models the manifest accepts.
-const NIC_MODELS: [&str; 14] = [
-    "virtio",
-    "e1000",
-    "e1000e",
-    "e1000-82540em",
-    "e1000-82544gc",
-    "e1000-82545em",
-    "i82551",
-    "i82557b",
-    "i82559er",
-    "ne2k_isa",
-    "ne2k_pci",
-    "pcnet",
-    "rtl8139",
-    "vmxnet3",
-];
-
-/// PVE's `scsihw` values the manifest accepts.
-const CONTROLLERS: [&str; 6] = [
-    "lsi",
-    "lsi53c810",
-    "virtio-scsi-pci",
-    "virtio-scsi-single",
-    "megasas",
-    "pvscsi",
-];
 
 /// Disk buses in slot order, with their highest index.
 const DISK_BUSES: [(&str, u32); 5] = [
@@ -499,25 +469,6 @@ fn pci_devices(m: &mut Mapping<'_>, hw: &mut Map) {
         devices.push(Value::Map(device));
     }
     hw.set_list("pci-devices", devices);
-}
-
-/// `[dddd:]bb:dd[.f]` in hex, as the manifest accepts.
-fn is_pci_address(s: &str) -> bool {
-    let hex = |p: &str, min: usize, max: usize| {
-        (min..=max).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_hexdigit())
-    };
-    let (main, function) = match s.split_once('.') {
-        Some((m, f)) => (m, Some(f)),
-        None => (s, None),
-    };
-    if function.is_some_and(|f| !(f.len() == 1 && matches!(f.as_bytes()[0], b'0'..=b'7'))) {
-        return false;
-    }
-    match main.split(':').collect::<Vec<_>>().as_slice() {
-        [bus, dev] => hex(bus, 2, 2) && hex(dev, 2, 2),
-        [domain, bus, dev] => hex(domain, 2, 5) && hex(bus, 2, 2) && hex(dev, 2, 2),
-        _ => false,
-    }
 }
 
 fn options(m: &mut Mapping<'_>) -> Map {

@@ -102,8 +102,8 @@ const DISK_SLOTS: [(&str, u32); 5] = [
 const NIC_SLOTS: [(&str, u32); 1] = [("net", 31)];
 /// PCI passthrough slots `hostpci0`..`hostpci15`.
 const PCI_SLOTS: [(&str, u32); 1] = [("hostpci", 15)];
-/// PVE's `scsihw` values.
-const CONTROLLERS: [&str; 6] = [
+/// PVE's `scsihw` values (the ones a manifest accepts).
+pub const CONTROLLERS: [&str; 6] = [
     "lsi",
     "lsi53c810",
     "virtio-scsi-pci",
@@ -111,8 +111,8 @@ const CONTROLLERS: [&str; 6] = [
     "megasas",
     "pvscsi",
 ];
-/// PVE's NIC models.
-const NIC_MODELS: [&str; 14] = [
+/// PVE's NIC models (the ones a manifest accepts).
+pub const NIC_MODELS: [&str; 14] = [
     "virtio",
     "e1000",
     "e1000e",
@@ -892,8 +892,8 @@ fn check_hardware(
     ok.then_some(hardware)
 }
 
-/// `[dddd:]bb:dd[.f]` in hex.
-fn is_pci_address(s: &str) -> bool {
+/// A PCI address as a manifest accepts it: `[dddd:]bb:dd[.f]` in hex.
+pub fn is_pci_address(s: &str) -> bool {
     let hex = |p: &str, min: usize, max: usize| {
         (min..=max).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_hexdigit())
     };
