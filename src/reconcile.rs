@@ -7,15 +7,16 @@
 //! does not resolve, is never applied: both fail before PVE is even read.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use proxops_core::diagnostic::Diagnostic;
 use proxops_core::plan::{self, Creation, DEFAULT_MAX_PRUNE, Inventory, NodeScope, Plan, Policy};
 use proxops_core::repository::{DesiredState, Layout};
-use proxops_pve::PveClient;
+use proxops_pve::{PveClient, WaitOptions};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::SecretsConfig;
+use crate::config::{AgentConfig, SecretsConfig};
 use crate::execute::{self, ApplyReport, Progress};
 use crate::observe;
 use crate::secrets::resolve::{ResolveError, resolve_desired};
@@ -31,6 +32,26 @@ pub struct Context {
     pub execute: execute::Options,
     /// Where the cluster's SOPS document and its age identity are (`[secrets]`).
     pub secrets: SecretsConfig,
+}
+
+impl Context {
+    /// The context `config` describes, planning for `scope` (the agent's node, or a CLI
+    /// override) through `pve`.
+    pub fn from_config(pve: PveClient, scope: NodeScope, config: &AgentConfig) -> Self {
+        Self {
+            pve,
+            scope,
+            execute: execute::Options {
+                concurrency_per_node: config.policy.concurrency_per_node,
+                wait: WaitOptions {
+                    timeout: config.policy.task_timeout,
+                    ..WaitOptions::default()
+                },
+                lock_retry_for: Duration::from_secs(60),
+            },
+            secrets: config.secrets.clone(),
+        }
+    }
 }
 
 /// The planner's policy and the inventory of owned guests, beyond the node scope.

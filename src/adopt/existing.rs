@@ -13,17 +13,6 @@ use proxops_core::resource::Kind;
 
 use crate::source::directory::read_manifest_files;
 
-/// The kind roots, in rank order.
-const KINDS: [Kind; 7] = [
-    Kind::Iso,
-    Kind::CtTemplate,
-    Kind::DiskImage,
-    Kind::TemplateVm,
-    Kind::TemplateCt,
-    Kind::Vm,
-    Kind::Lxc,
-];
-
 /// What the repository already declares or holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Existing {
@@ -46,7 +35,7 @@ impl Existing {
         let Ok(files) = read_manifest_files(root) else {
             return (existing, None);
         };
-        for kind in KINDS {
+        for kind in Kind::ALL {
             let folder = format!("{}/{cluster}/", kind.root());
             for (path, text) in files.range(folder.clone()..) {
                 if !path.starts_with(&folder) {

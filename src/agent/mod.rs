@@ -27,12 +27,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use proxops_pve::{PveClient, Upid, WaitOptions, wait_for_task};
+use proxops_pve::{PveClient, Upid, wait_for_task};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{AgentConfig, NodeScope};
-use crate::execute;
 use crate::http::metrics::Metrics;
 use crate::http::{self, HttpState};
 use crate::observe::error_text;
@@ -107,19 +106,7 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
     let pve = PveClient::new(config.pve.client_config())
         .map_err(|e| AgentError::Pve(config.pve.url.clone(), e))?;
     let schedule = Schedule::new(&source_config.poll).map_err(AgentError::Schedule)?;
-    let context = Context {
-        pve,
-        scope: config.node.clone(),
-        execute: execute::Options {
-            concurrency_per_node: config.policy.concurrency_per_node,
-            wait: WaitOptions {
-                timeout: config.policy.task_timeout,
-                ..WaitOptions::default()
-            },
-            lock_retry_for: Duration::from_secs(60),
-        },
-        secrets: config.secrets.clone(),
-    };
+    let context = Context::from_config(pve, config.node.clone(), config);
     kept.breaker
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -3,13 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use proxops_pve::{PveClient, WaitOptions};
+use proxops_pve::PveClient;
 
 use crate::config::{AgentConfig, NodeScope};
-use crate::execute;
 use crate::reconcile::{Context, PlanOptions};
 use crate::source::directory::read_manifest_files;
 
@@ -63,19 +61,7 @@ impl PassArgs {
         };
         let pve = PveClient::new(config.pve.client_config())
             .with_context(|| format!("connecting to PVE at {}", config.pve.url))?;
-        let context = Context {
-            pve,
-            scope,
-            execute: execute::Options {
-                concurrency_per_node: config.policy.concurrency_per_node,
-                wait: WaitOptions {
-                    timeout: config.policy.task_timeout,
-                    ..WaitOptions::default()
-                },
-                lock_retry_for: Duration::from_secs(60),
-            },
-            secrets: config.secrets.clone(),
-        };
+        let context = Context::from_config(pve, scope, &config);
         let plan = PlanOptions {
             prune: config.policy.prune,
             max_prune: config.policy.max_prune,

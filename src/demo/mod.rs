@@ -36,7 +36,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentError, database_path};
 use crate::config::AgentConfig;
-use crate::execute;
 use crate::http::{PassJson, StatusJson};
 use crate::output;
 use crate::reconcile::{self, Context, Pass};
@@ -591,19 +590,7 @@ fn text_of(value: &serde_json::Value) -> String {
 fn context(config: &AgentConfig) -> anyhow::Result<Context> {
     let pve = PveClient::new(config.pve.client_config())
         .with_context(|| format!("setting up the PVE client for {}", config.pve.url))?;
-    Ok(Context {
-        pve,
-        scope: config.node.clone(),
-        execute: execute::Options {
-            concurrency_per_node: config.policy.concurrency_per_node,
-            wait: WaitOptions {
-                timeout: config.policy.task_timeout,
-                ..WaitOptions::default()
-            },
-            lock_retry_for: Duration::from_secs(60),
-        },
-        secrets: config.secrets.clone(),
-    })
+    Ok(Context::from_config(pve, config.node.clone(), config))
 }
 
 /// The agent's configuration: every node, the demo repository over `file://`, a poll so rare
