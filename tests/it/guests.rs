@@ -438,12 +438,12 @@ async fn prune_is_a_finding_until_enabled_then_deletes_only_owned_unprotected_gu
     );
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
     // A guest ProxOps never created.
-    api.post(
+    api.post_and_wait(
+        "pve1",
         "/nodes/pve1/qemu",
         &[("vmid", "150"), ("memory", "512"), ("name", "handmade")],
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
     world.write("vm/old.yaml", None);
     world.write("vm/guarded.yaml", None);
@@ -828,12 +828,14 @@ async fn an_unmanaged_guest_at_the_vmid_and_a_guest_on_another_node_are_left_unt
     let world = World::start(&[]).await;
     let api = Api::new(&world);
     // Someone else's VM holds 140; ProxOps's own VM 141 was moved to pve2.
-    api.post(
+    api.post_and_wait(
+        "pve1",
         "/nodes/pve1/qemu",
         &[("vmid", "140"), ("memory", "512"), ("name", "theirs")],
     )
     .await;
-    api.post(
+    api.post_and_wait(
+        "pve2",
         "/nodes/pve2/qemu",
         &[
             ("vmid", "141"),
@@ -843,7 +845,6 @@ async fn an_unmanaged_guest_at_the_vmid_and_a_guest_on_another_node_are_left_unt
         ],
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     world.write("vm/theirs.yaml", Some(&small_vm("theirs", 140, "")));
     world.write("vm/moved.yaml", Some(&small_vm("moved", 141, "")));
 
@@ -910,9 +911,15 @@ spec:
         "{}",
         stdout(&apply)
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let config = api.config("pve1", "lxc", 8000).await;
-    assert_eq!(text(&config, "template"), "1");
+    // PVE answered null and runs the vztemplate worker on: wait for it to mark the CT.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while text(&api.config("pve1", "lxc", 8000).await, "template") != "1" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CT was never marked a template"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(api.status("pve1", "lxc", 8000).await, "stopped");
     let plan = world.proxops(&["plan"]).await;
     assert_ok(&plan);
@@ -1035,8 +1042,8 @@ async fn a_guest_that_ignores_acpi_is_stopped_hard_after_the_shutdown_timeout() 
     assert_eq!(shutdown.params["forceStop"], "1");
 
     // Without forceStop, PVE gives up after the timeout and the guest keeps running.
-    api.post("/nodes/pve1/qemu/150/status/start", &[]).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    api.post_and_wait("pve1", "/nodes/pve1/qemu/150/status/start", &[])
+        .await;
     let upid = api
         .post("/nodes/pve1/qemu/150/status/shutdown", &[("timeout", "1")])
         .await;
