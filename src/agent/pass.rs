@@ -310,9 +310,6 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
     };
     deps.publish_breaker();
 
-    if let Some(report) = &report {
-        record_inventory(deps, report);
-    }
     let (outcome, counts) = match &report {
         _ if cancel.is_cancelled() => (
             PassOutcome::Interrupted,
@@ -362,18 +359,6 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
 }
 
 /// Records the guests this pass created (now owned) and deleted (released).
-fn record_inventory(deps: &PassDeps, report: &ApplyReport) {
-    let changes = report.inventory_changes();
-    with_store(&deps.store, |s| {
-        for (node, vmid, resource) in &changes.owned {
-            log_store_error(s.upsert_owned(node, resource, *vmid));
-        }
-        for (node, vmid) in &changes.released {
-            log_store_error(s.remove_owned(node, *vmid));
-        }
-    });
-}
-
 fn finish(deps: &PassDeps, pass: PassId, outcome: PassOutcome, counts: PassCounts) {
     with_store(&deps.store, |s| {
         log_store_error(s.finish_pass(pass, outcome, counts, SystemTime::now()))

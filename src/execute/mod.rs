@@ -76,34 +76,6 @@ impl ApplyReport {
             .all(|r| matches!(r.outcome, Outcome::Succeeded { .. }))
     }
 
-    /// What the inventory of owned guests should learn from this apply: guests created,
-    /// cloned, promoted or written to (an adopted guest is claimed by its first update) are
-    /// owned; guests whose delete succeeded are not any more. A failed delete stays owned, so
-    /// the next pass retries it.
-    pub fn inventory_changes(&self) -> InventoryChanges {
-        let mut changes = InventoryChanges::default();
-        for result in &self.results {
-            if !matches!(result.outcome, Outcome::Succeeded { .. }) {
-                continue;
-            }
-            let a = &result.action;
-            let Some(guest) = a.verb.guest() else {
-                continue;
-            };
-            match &a.verb {
-                Verb::Delete(_) => changes.released.push((a.node.clone(), guest.vmid)),
-                Verb::Create(_) | Verb::Clone(_) | Verb::Update(_) | Verb::Promote(_) => {
-                    let entry = (a.node.clone(), guest.vmid, a.resource.clone());
-                    if !changes.owned.contains(&entry) {
-                        changes.owned.push(entry);
-                    }
-                }
-                _ => {}
-            }
-        }
-        changes
-    }
-
     /// How many actions ended each way: (succeeded, failed, skipped).
     pub fn counts(&self) -> (usize, usize, usize) {
         let mut counts = (0, 0, 0);
@@ -116,15 +88,6 @@ impl ApplyReport {
         }
         counts
     }
-}
-
-/// Changes to the inventory of owned guests after an apply.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InventoryChanges {
-    /// (node, vmid, resource) now owned.
-    pub owned: Vec<(String, u32, ResourceId)>,
-    /// (node, vmid) deleted, no longer owned.
-    pub released: Vec<(String, u32)>,
 }
 
 /// What happened to one action.

@@ -76,8 +76,9 @@ impl From<&Outcome> for ActionOutcome {
 /// Keeps the inventory in step with a succeeded guest action, in the transaction that
 /// records the result: an agent killed mid-pass (or a re-attached task ending after a
 /// restart) must not leave a guest it created out of the inventory, or a deleted one in it.
-/// The same verbs as `ApplyReport::inventory_changes`: create, clone, update and promote
-/// own the guest, delete releases it.
+/// Create, clone, update (an adopted guest is claimed by its first update) and promote own
+/// the guest; delete releases it; a failed delete keeps it, so the next pass retries. This
+/// is the only place the agent's inventory changes.
 fn update_inventory(tx: &rusqlite::Transaction<'_>, action: ActionId) -> rusqlite::Result<()> {
     let (kind, name, node, verb, detail): (String, String, String, String, String) = tx.query_row(
         "SELECT resource_kind, resource_name, node, verb, detail FROM actions WHERE id = ?1",
