@@ -175,18 +175,7 @@ impl Agent {
     }
 
     pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "agent did not stop on SIGTERM");
-            std::thread::park_timeout(Duration::from_millis(50));
-        }
+        crate::support::terminate(&mut self.child, Duration::from_secs(20))
     }
 }
 

@@ -505,13 +505,7 @@ async fn sighup_reloads_the_config_and_a_config_that_does_not_parse_keeps_the_ol
     agent
         .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(commit.as_str()))
         .await;
-    let hup = |agent: &Agent| {
-        let status = Command::new("kill")
-            .args(["-HUP", &agent.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
+    let hup = |agent: &Agent| crate::support::signal(agent.pid(), "-HUP");
 
     // Poll every hour → every second, by SIGHUP.
     let original = std::fs::read_to_string(&agent.config).unwrap();
@@ -526,8 +520,9 @@ async fn sighup_reloads_the_config_and_a_config_that_does_not_parse_keeps_the_ol
         p["trigger"] == "signal"
     })
     .await;
+    // A pass is listed from its start: wait for one that has ended.
     let polls = wait_for_pass(&agent, "polled after the reload", |p| {
-        p["trigger"] == "poll"
+        p["trigger"] == "poll" && !p["outcome"].is_null()
     })
     .await;
     assert!(polls["outcome"].is_string());

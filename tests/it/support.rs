@@ -42,3 +42,32 @@ pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmHWM in /proc/<pid>/status")
 }
+
+/// `kill <which> <pid>` (`-TERM`, `-HUP`, ...), asserting it was delivered.
+pub(crate) fn signal(pid: u32, which: &str) {
+    let status = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {which} {pid}");
+}
+
+/// SIGTERM to `child`, then waits up to `limit` for it to exit.
+pub(crate) fn terminate(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> std::process::ExitStatus {
+    signal(child.id(), "-TERM");
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {} did not stop on SIGTERM",
+            child.id()
+        );
+        std::thread::park_timeout(std::time::Duration::from_millis(50));
+    }
+}

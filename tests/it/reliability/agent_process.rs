@@ -6,9 +6,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::sim::World;
+use crate::support::{signal, terminate};
 
 pub(crate) struct AgentProcess {
     child: Option<Child>,
@@ -93,17 +94,10 @@ impl AgentProcess {
     /// SIGTERM and wait for a clean exit; returns the peak RSS read just before.
     pub(crate) fn terminate(&mut self) -> u64 {
         let peak = self.peak_rss_kib();
-        signal(self.pid(), "-TERM");
         let mut child = self.child.take().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
-                return peak;
-            }
-            assert!(Instant::now() < deadline, "agent did not stop on SIGTERM");
-            std::thread::park_timeout(Duration::from_millis(50));
-        }
+        let status = terminate(&mut child, Duration::from_secs(60));
+        assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
+        peak
     }
 
     /// SIGHUP: the agent reloads its config and runs a pass now.
@@ -144,12 +138,4 @@ impl Drop for AgentProcess {
             let _ = child.wait();
         }
     }
-}
-
-fn signal(pid: u32, which: &str) {
-    let status = Command::new("kill")
-        .args([which, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {which} {pid}");
 }
