@@ -402,7 +402,38 @@ async fn agent_mid_download() -> (World, TestRepo, Agent, String) {
     let commit = repo.commit_files(&[("iso/a.yaml", &a)], "one ISO");
     let agent = Agent::start(&world, &repo).await;
     wait_for_download_post(&world).await;
+    wait_for_recorded_task(&world).await;
     (world, repo, agent, commit)
+}
+
+/// Waits until the store holds the UPID of a running action: PVE has answered and the agent
+/// has written the answer down, so a kill from now on leaves a task to re-attach to (a kill
+/// between the two is the window RELIABILITY.md names; this test is about re-attaching).
+async fn wait_for_recorded_task(world: &World) {
+    let database = world.dir.path().join("state-pve1/state.db");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let running: i64 = rusqlite::Connection::open_with_flags(
+            &database,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .and_then(|db| {
+            db.query_row(
+                "SELECT count(*) FROM actions WHERE upid IS NOT NULL AND result IS NULL",
+                [],
+                |row| row.get(0),
+            )
+        })
+        .unwrap_or(0);
+        if running > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never recorded the download's task"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
