@@ -25,10 +25,10 @@ use proxops::agent::breaker::Breaker;
 use proxops::agent::pass::{PassDeps, run_pass};
 use proxops::agent::retry::Verdict;
 use proxops::agent::status::LiveStatus;
-use proxops::config::{Mode as AgentMode, NodeScope, Poll, SourceConfig};
+use proxops::config::{NodeScope, Poll, SourceConfig};
 use proxops::execute::{self, Progress};
 use proxops::http::metrics::Metrics;
-use proxops::reconcile::{self, Context, Mode, PlanOptions};
+use proxops::reconcile::{self, Context, Mode, NoHooks, PlanOptions};
 use proxops::source::git::GitSource;
 use proxops::store::{Store, Trigger};
 use proxops_pve::{ClientConfig, PveClient, RetryPolicy, Timeouts, Trust, WaitOptions};
@@ -100,6 +100,7 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
             lock_retry_for: Duration::from_secs(10),
         },
         secrets: proxops::config::SecretsConfig::default(),
+        mode: proxops::config::Mode::Apply,
     }
 }
 
@@ -143,8 +144,20 @@ async fn converged() {
     let progress: Progress = Arc::new(|_| {});
     let cancel = CancellationToken::new();
     let options = PlanOptions::default();
-    let pass =
-        |mode| reconcile::reconcile_once(&ctx, &files, None, mode, &options, &progress, &cancel);
+    let (ctx, files, options, progress, cancel) = (&ctx, &files, &options, &progress, &cancel);
+    let pass = |mode| async move {
+        reconcile::reconcile_once(
+            ctx,
+            files,
+            None,
+            mode,
+            options,
+            &mut NoHooks,
+            progress,
+            cancel,
+        )
+        .await
+    };
 
     let start = Instant::now();
     let first = pass(Mode::Apply).await.unwrap();
@@ -155,14 +168,14 @@ async fn converged() {
         start.elapsed()
     );
 
-    let desired = reconcile::desired_state(&files, None).unwrap();
+    let desired = reconcile::desired_state(files, None).unwrap();
     let mut timings = Vec::new();
     let mut counters = BTreeMap::new();
     let mut summary = (0, 0);
     for _ in 0..RUNS {
         sim.control().clear_requests();
         let start = Instant::now();
-        let plan = reconcile::observe_and_plan(&ctx, &desired).await;
+        let plan = reconcile::observe_and_plan(ctx, &desired).await;
         timings.push(start.elapsed());
         counters = sim.control().requests().counters;
         summary = (plan.actions().count(), plan.findings.len());
@@ -255,7 +268,6 @@ async fn agent_passes() {
         )),
         live: Arc::new(LiveStatus::default()),
         cluster: None,
-        mode: AgentMode::Apply,
         node_label: "*".into(),
         interrupt: Arc::new(AtomicBool::new(false)),
         metrics: Arc::new(Metrics::default()),
@@ -309,6 +321,7 @@ async fn creates(concurrency: usize) {
         &plan,
         &ctx.execute,
         &progress,
+        &mut execute::open_gate(),
         &CancellationToken::new(),
     )
     .await;

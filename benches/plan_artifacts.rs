@@ -93,6 +93,7 @@ async fn run() {
             lock_retry_for: Duration::from_secs(1),
         },
         secrets: proxops::config::SecretsConfig::default(),
+        mode: proxops::config::Mode::Apply,
     };
     let desired = reconcile::desired_state(&files, None).unwrap();
     let mut timings = Vec::new();

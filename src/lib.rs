@@ -36,4 +36,5 @@ pub mod secrets;
 pub mod source;
 pub mod store;
 pub mod telemetry;
+pub mod timefmt;
 pub mod webhook;

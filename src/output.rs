@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use proxops_core::plan::Plan;
 use proxops_core::plan::render::render_human;
 
 use crate::cli::validate::Report;
@@ -63,7 +64,12 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 
 /// Prints a pass's plan (human view).
 pub fn print_plan(pass: &Pass) {
-    print!("{}", render_human(&pass.plan, &pass.title()));
+    print_planned(&pass.plan, pass.cluster.as_deref());
+}
+
+/// Prints a plan made for `cluster` (human view).
+pub fn print_planned(plan: &Plan, cluster: Option<&str>) {
+    print!("{}", render_human(plan, &crate::reconcile::title(cluster)));
 }
 
 /// Prints one line per progress event: `[i/n] verb resource on node: state`.

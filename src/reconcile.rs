@@ -1,23 +1,32 @@
-//! One reconcile pass: the function `proxops plan`, `proxops apply` and (later) the agent all
-//! call, so what the CLI shows is what the agent does.
+//! One reconcile pass: [`reconcile_once`] is the one composition of the phases, called by
+//! `proxops plan`, `proxops apply`, `proxops check`, the demo and the agent's pass, so what
+//! the CLI shows is what the agent does.
 //!
 //! Phases, each named: `desired_state` (validate, pick the cluster) → `resolve_secrets` (the
-//! cluster's SOPS document, for cloud-init references) → `observe` (PVE GETs) → `plan`
-//! (pure) → `execute` (PVE writes). A revision with any validation error, or a reference that
-//! does not resolve, is never applied: both fail before PVE is even read.
+//! cluster's SOPS document, for cloud-init references) → `observe_and_plan` (PVE GETs, then
+//! the pure planner) → gate and execute (PVE writes). A revision with any validation error,
+//! or a reference that does not resolve, is never applied: both fail before PVE is even read.
+//!
+//! What differs between callers is a [`Hooks`] value: the agent records findings and asks its
+//! write circuit breaker, `apply` prints the plan and asks for confirmation, `check` goes on
+//! without secrets. The policy's [`Mode`] is honoured here, so no caller can write in report
+//! mode.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proxops_core::diagnostic::Diagnostic;
-use proxops_core::plan::{self, Creation, DEFAULT_MAX_PRUNE, Inventory, NodeScope, Plan, Policy};
+use proxops_core::plan::{
+    self, Action, Creation, DEFAULT_MAX_PRUNE, Inventory, NodeScope, Plan, Policy,
+};
 use proxops_core::repository::{DesiredState, Layout};
 use proxops_pve::{PveClient, WaitOptions};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::config::Mode;
 use crate::config::{AgentConfig, SecretsConfig};
-use crate::execute::{self, ApplyReport, Progress};
+use crate::execute::{self, ApplyReport, LevelGate, Progress};
 use crate::observe;
 use crate::secrets::resolve::{ResolveError, resolve_desired};
 
@@ -32,6 +41,8 @@ pub struct Context {
     pub execute: execute::Options,
     /// Where the cluster's SOPS document and its age identity are (`[secrets]`).
     pub secrets: SecretsConfig,
+    /// `[policy] mode`: in report mode no pass writes, whoever asks.
+    pub mode: Mode,
 }
 
 impl Context {
@@ -50,11 +61,14 @@ impl Context {
                 lock_retry_for: Duration::from_secs(60),
             },
             secrets: config.secrets.clone(),
+            mode: config.policy.mode,
         }
     }
 }
 
-/// The planner's policy and the inventory of owned guests, beyond the node scope.
+/// The planner's policy beyond the node scope. The owned guests the planner may prune are
+/// the observed ones with the ownership tag (so guests the Go program created count), with
+/// `created` adding how the agent created them.
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
     /// Delete owned guests no manifest declares (`[policy] prune`).
@@ -63,35 +77,34 @@ pub struct PlanOptions {
     pub max_prune: u32,
     /// Restart running guests to apply pending changes (`[policy] restart_on_change`).
     pub restart_on_change: bool,
-    /// The owned guests as recorded by the agent's store; `None` (the CLI, which has no
-    /// store) counts every observed guest with the ownership tag.
-    pub inventory: Option<Inventory>,
     /// How owned guests were created (node, vmid, facts), as the agent's store recorded
     /// it: a changed clone source, CT template or disk image is then a requires-recreate
     /// finding. Empty for the CLI, which has no store.
     pub created: Vec<(String, u32, Creation)>,
 }
 
-impl Default for PlanOptions {
-    /// Prune off, `max_prune` 3, no restarts, inventory from tags.
-    fn default() -> Self {
+impl PlanOptions {
+    /// `[policy]`'s prune and restart settings; nothing known of how guests were created.
+    pub fn from_config(config: &AgentConfig) -> Self {
         Self {
-            prune: false,
-            max_prune: DEFAULT_MAX_PRUNE,
-            restart_on_change: false,
-            inventory: None,
+            prune: config.policy.prune,
+            max_prune: config.policy.max_prune,
+            restart_on_change: config.policy.restart_on_change,
             created: Vec::new(),
         }
     }
 }
 
-/// Plan only, or plan and apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Observe and plan; never write.
-    Plan,
-    /// Observe, plan and apply the plan.
-    Apply,
+impl Default for PlanOptions {
+    /// Prune off, `max_prune` 3, no restarts.
+    fn default() -> Self {
+        Self {
+            prune: false,
+            max_prune: DEFAULT_MAX_PRUNE,
+            restart_on_change: false,
+            created: Vec::new(),
+        }
+    }
 }
 
 /// What one pass found and did.
@@ -103,15 +116,25 @@ pub struct Pass {
     pub plan: Plan,
     /// What applying it did (`None` in plan mode or when nothing was to be done).
     pub report: Option<ApplyReport>,
+    /// Why nothing of a plan with changes was written, when a pass asked to apply: report
+    /// mode, or the operator declined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<String>,
+    /// The desired state the plan was made for (its secrets resolved: never serialised).
+    #[serde(skip)]
+    pub desired: DesiredState,
 }
 
 impl Pass {
     /// How the desired state is named in output.
     pub fn title(&self) -> String {
-        self.cluster
-            .as_ref()
-            .map_or_else(|| "repository".to_owned(), |c| format!("cluster {c}"))
+        title(self.cluster.as_deref())
     }
+}
+
+/// How the desired state of `cluster` (`None`: plain mode) is named in output.
+pub fn title(cluster: Option<&str>) -> String {
+    cluster.map_or_else(|| "repository".to_owned(), |c| format!("cluster {c}"))
 }
 
 /// Why a pass could not run.
@@ -199,11 +222,7 @@ pub async fn observe_and_plan_with(
     options: &PlanOptions,
 ) -> Plan {
     let observed = observe::observe(&ctx.pve, desired, &ctx.scope).await;
-    let inventory = match &options.inventory {
-        Some(inventory) => inventory.clone(),
-        None => Inventory::from_tags(&observed),
-    }
-    .with_created(options.created.iter().cloned());
+    let inventory = Inventory::from_tags(&observed).with_created(options.created.iter().cloned());
     let policy = Policy {
         scope: ctx.scope.clone(),
         prune: options.prune,
@@ -213,32 +232,136 @@ pub async fn observe_and_plan_with(
     plan::plan(desired, &observed, &inventory, &policy)
 }
 
-/// One whole pass over a revision's files.
+/// Why a pass that asked to apply wrote nothing although the plan has changes, in report mode.
+pub const REPORT_MODE: &str = "not applied: [policy] mode = \"report\" in the agent config, and report \
+     mode never writes to PVE (set mode = \"apply\" to let passes write)";
+
+/// What differs between the callers of [`reconcile_once`]. Every method has a default that
+/// does nothing special, so [`NoHooks`] is the plain pass.
+pub trait Hooks: Send {
+    /// A reference could not be resolved from the SOPS document: `true` goes on with the
+    /// references unresolved (`check`, which reports it), `false` refuses the revision.
+    fn secrets_failed(&mut self, _error: &ResolveError) -> bool {
+        false
+    }
+
+    /// The plan is made and nothing is written yet (also when it is aborted because the
+    /// guest listing failed).
+    fn planned(&mut self, _desired: &DesiredState, _plan: &Plan) {}
+
+    /// The plan has changes and the pass may write: what to run of it.
+    fn approve(&mut self, _plan: &Plan) -> Approval {
+        Approval::All
+    }
+
+    /// Before each level of the plan runs.
+    fn before_level(&mut self, _index: usize) -> LevelGate {
+        LevelGate::Continue
+    }
+}
+
+/// The hooks of a plain pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}
+
+/// What a [`Hooks::approve`] lets run.
+#[derive(Debug, Clone)]
+pub enum Approval {
+    /// The whole plan.
+    All,
+    /// Only `run`; the `held` actions are reported skipped as `held back: <reason>`.
+    Part {
+        /// What runs.
+        run: Plan,
+        /// What does not.
+        held: Vec<Action>,
+        /// Why not.
+        reason: String,
+    },
+    /// Nothing, for this reason.
+    Declined(String),
+}
+
+/// One whole pass over a revision's files: validate, observe and plan, then (when `mode` is
+/// [`Mode::Apply`], the policy's mode too, and `hooks` approve) execute.
 ///
 /// # Errors
 /// See [`desired_state`] and [`resolve_secrets`]; PVE failures are recorded in the plan and
 /// report, not returned.
+#[allow(clippy::too_many_arguments, reason = "each is one input of the pass")]
 pub async fn reconcile_once(
     ctx: &Context,
     files: &BTreeMap<String, String>,
     cluster: Option<&str>,
     mode: Mode,
     options: &PlanOptions,
+    hooks: &mut (dyn Hooks + Send),
     progress: &Progress,
     cancel: &CancellationToken,
 ) -> Result<Pass, ReconcileError> {
     let mut desired = desired_state(files, cluster)?;
-    resolve_secrets(&mut desired, files, &ctx.secrets)?;
-    let plan = observe_and_plan_with(ctx, &desired, options).await;
-    let report = match mode {
-        Mode::Apply if plan.has_changes() => {
-            Some(execute::apply(&ctx.pve, &desired, &plan, &ctx.execute, progress, cancel).await)
+    if let Err(error) = resolve_secrets(&mut desired, files, &ctx.secrets) {
+        let ReconcileError::Secrets(resolve) = &error else {
+            return Err(error);
+        };
+        if !hooks.secrets_failed(resolve) {
+            return Err(error);
         }
-        _ => None,
-    };
+    }
+    let plan = observe_and_plan_with(ctx, &desired, options).await;
+    hooks.planned(&desired, &plan);
+    let (report, withheld) =
+        gate_and_execute(ctx, &desired, &plan, mode, hooks, progress, cancel).await;
     Ok(Pass {
         cluster: desired.cluster.clone(),
         plan,
         report,
+        withheld,
+        desired,
     })
+}
+
+/// The writing phase: nothing for a plan without changes, an aborted plan or a plan-only
+/// pass; nothing, with the reason, in report mode or when the hooks decline; else what the
+/// hooks approve, gated level by level.
+async fn gate_and_execute(
+    ctx: &Context,
+    desired: &DesiredState,
+    plan: &Plan,
+    mode: Mode,
+    hooks: &mut (dyn Hooks + Send),
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> (Option<ApplyReport>, Option<String>) {
+    if mode == Mode::Report || !plan.has_changes() || plan.aborted.is_some() {
+        return (None, None);
+    }
+    if ctx.mode == Mode::Report {
+        return (None, Some(REPORT_MODE.to_owned()));
+    }
+    let (run, held) = match hooks.approve(plan) {
+        Approval::Declined(reason) => return (None, Some(reason)),
+        Approval::All => (None, None),
+        Approval::Part { run, held, reason } => (Some(run), Some((held, reason))),
+    };
+    let mut gate = |index: usize| hooks.before_level(index);
+    let mut report = execute::apply(
+        &ctx.pve,
+        desired,
+        run.as_ref().unwrap_or(plan),
+        &ctx.execute,
+        progress,
+        &mut gate,
+        cancel,
+    )
+    .await;
+    if let Some((held, reason)) = held {
+        let reason = format!("held back: {reason}");
+        report
+            .results
+            .extend(execute::skip_all(&held, &reason, progress));
+    }
+    (Some(report), None)
 }

@@ -1,19 +1,21 @@
 //! The write gate: what the write circuit breaker lets a pass run of its plan. Closed, the
 //! whole plan; half-open, its first action as the one probe write; open, nothing. Actions
 //! held back are recorded as skipped with the reason, so the pass's records show what the
-//! agent would have done while read-only.
+//! agent would have done while read-only. Between levels, [`between_levels`] holds the rest
+//! back when the breaker opened during the pass (the executor asks it).
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use proxops_core::plan::{Action, Plan};
 
-use crate::agent::breaker::Permit;
-use crate::agent::pass::{PassDeps, rfc3339};
-use proxops_core::repository::DesiredState;
-use tokio_util::sync::CancellationToken;
-
-use crate::execute::{self, ActionResult, ApplyReport, Event, Outcome, Progress};
+use crate::agent::breaker::{Breaker, Permit};
+use crate::execute::LevelGate;
 use crate::store::BreakerMark;
+use crate::timefmt::rfc3339;
+
+/// Why actions are reported skipped when the breaker holds them back.
+pub const HELD_BACK: &str = "the write circuit breaker is not closed";
 
 /// The breaker's answer when a pass is about to write.
 #[derive(Debug, Clone, Copy)]
@@ -38,9 +40,8 @@ pub struct Gated {
 }
 
 /// Asks the breaker what this pass may write, now.
-pub fn permit(deps: &PassDeps) -> GatePermit {
-    let mut breaker = deps
-        .breaker
+pub fn permit(breaker: &Mutex<Breaker>) -> GatePermit {
+    let mut breaker = breaker
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let permit = breaker.permit(Instant::now());
@@ -102,66 +103,19 @@ pub fn split(plan: &Plan, permit: GatePermit) -> Gated {
     }
 }
 
-/// Runs `plan` level by level and asks the breaker between levels: when it opened during
-/// this pass, the later levels are held back (recorded skipped) and their number returned.
-/// Running levels one call at a time is what the executor does inside one call: a level
-/// starts when the previous one ended, and what failed or was skipped there blocks its
-/// dependants (carried over in `blocked`).
-pub async fn apply_levels(
-    deps: &PassDeps,
-    desired: &DesiredState,
-    plan: &Plan,
-    progress: &Progress,
-    cancel: &CancellationToken,
-) -> (ApplyReport, usize) {
-    let mut report = ApplyReport::default();
-    let mut blocked = plan.blocked.clone();
-    for (index, level) in plan.levels.iter().enumerate() {
-        if index > 0 && !deps.writes_allowed() {
-            let held: Vec<Action> = plan.levels[index..].iter().flatten().cloned().collect();
-            report.results.extend(hold_back(&held, progress));
-            return (report, held.len());
-        }
-        let one = Plan {
-            levels: vec![level.clone()],
-            blocked: blocked.clone(),
-            ..plan.clone()
-        };
-        let done = execute::apply(
-            &deps.context.pve,
-            desired,
-            &one,
-            &deps.context.execute,
-            progress,
-            cancel,
-        )
-        .await;
-        for result in &done.results {
-            if !matches!(result.outcome, Outcome::Succeeded { .. }) {
-                blocked.insert((result.action.resource.clone(), result.action.node.clone()));
-            }
-        }
-        report.results.extend(done.results);
+/// The executor's question before level `index`: the first level runs under the permit the
+/// pass was given; a later one only while the breaker lets every write through (it opens
+/// when writes of earlier levels failed).
+pub fn between_levels(breaker: &Mutex<Breaker>, index: usize) -> LevelGate {
+    let read_only = breaker
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .is_read_only();
+    if index > 0 && read_only {
+        LevelGate::HoldBack(HELD_BACK.to_owned())
+    } else {
+        LevelGate::Continue
     }
-    (report, 0)
-}
-
-/// Reports every held-back action as skipped (through `progress`, which records it).
-pub fn hold_back(held: &[Action], progress: &Progress) -> Vec<ActionResult> {
-    held.iter()
-        .map(|action| {
-            let result = ActionResult {
-                action: action.clone(),
-                outcome: Outcome::Skipped {
-                    reason: "held back: the write circuit breaker is not closed".to_owned(),
-                },
-            };
-            progress(&Event::Finished {
-                result: result.clone(),
-            });
-            result
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -220,6 +174,32 @@ mod tests {
         assert_eq!(gated.held, [action("b"), action("c")]);
         assert!(gated.probed);
         assert!(gated.reason.unwrap().contains("2 action(s) held back"));
+    }
+
+    fn tripped_breaker() -> Mutex<Breaker> {
+        let mut breaker = Breaker::new(1, Duration::from_secs(60));
+        breaker.record(false, Instant::now());
+        Mutex::new(breaker)
+    }
+
+    #[test]
+    fn the_first_level_runs_under_the_pass_permit_even_with_an_open_breaker() {
+        assert_eq!(between_levels(&tripped_breaker(), 0), LevelGate::Continue);
+    }
+
+    #[test]
+    fn later_levels_run_while_the_breaker_is_closed() {
+        let closed = Mutex::new(Breaker::new(3, Duration::from_secs(60)));
+        assert_eq!(between_levels(&closed, 1), LevelGate::Continue);
+        assert_eq!(between_levels(&closed, 5), LevelGate::Continue);
+    }
+
+    #[test]
+    fn a_breaker_that_opened_during_the_pass_holds_the_later_levels_back() {
+        assert_eq!(
+            between_levels(&tripped_breaker(), 1),
+            LevelGate::HoldBack(HELD_BACK.to_owned())
+        );
     }
 
     #[test]

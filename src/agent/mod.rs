@@ -3,7 +3,8 @@
 //!
 //! - [`schedule`]: when to look again (interval or cron, with jitter).
 //! - [`retry`]: the one place that turns a pass's verdict into the next delay.
-//! - [`pass`]: one recorded pass (fetch → validate → observe → plan → apply → record).
+//! - [`pass`]: one recorded pass (fetch → validate → observe and plan → gate and execute →
+//!   record).
 //! - [`breaker`], [`gate`]: the write circuit breaker and what it lets a pass write.
 //! - [`status`]: the live view shared with the HTTP API.
 //! - [`notify`]: readiness, reload and stop notifications to systemd (`Type=notify`).
@@ -121,18 +122,11 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             store: kept.store,
             live: kept.live,
             cluster: config.cluster.clone(),
-            mode: config.policy.mode,
             node_label: node_label(&config.node),
             interrupt: kept.interrupt,
             metrics: kept.metrics,
             breaker: kept.breaker,
-            plan_options: PlanOptions {
-                prune: config.policy.prune,
-                max_prune: config.policy.max_prune,
-                restart_on_change: config.policy.restart_on_change,
-                inventory: None,
-                created: Vec::new(),
-            },
+            plan_options: PlanOptions::from_config(config),
         },
         schedule,
     })

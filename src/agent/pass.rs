@@ -1,29 +1,32 @@
-//! One recorded pass of the agent: fetch the revision, validate, observe, plan, apply, and
-//! write what happened to the store as it happens (so a crash leaves an honest record and a
-//! restarted agent can re-attach to the PVE tasks it started).
+//! One recorded pass of the agent, in named phases: fetch the revision, then validate,
+//! observe and plan, gate and execute through the one pipeline (`reconcile_once`, with the
+//! agent's hooks), then record. Actions are written to the store as they happen (each UPID
+//! before its wait), so a crash leaves an honest record and a restarted agent can re-attach
+//! to the PVE tasks it started; the end of a pass is written in one place, [`record`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use proxops_core::diagnostic::Diagnostic;
 use proxops_core::manifest::{Placement, Spec};
 use proxops_core::plan::{Action, FindingKind, NodeScope, Plan};
 use proxops_core::repository::DesiredState;
 use proxops_core::resource::ResourceId;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::breaker::Breaker;
+use crate::agent::breaker::{Breaker, Permit};
 use crate::agent::gate;
-use crate::agent::retry::Verdict;
+use crate::agent::retry::{PassEnd, Verdict};
 use crate::agent::status::{self, BreakerView, LastPass, LiveStatus};
-use crate::config::Mode;
-use crate::execute::{ApplyReport, Event, Outcome, Progress};
+use crate::execute::{ApplyReport, Event, LevelGate, Outcome, Progress};
 use crate::http::metrics::Metrics;
 use crate::observe::error_text;
-use crate::reconcile::{self, Context, PlanOptions, ReconcileError};
+use crate::reconcile::{self, Approval, Context, Hooks, Mode, PlanOptions, ReconcileError};
 use crate::source::git::{GitSource, Revision};
 use crate::store::{ActionId, ActionOutcome, PassCounts, PassId, PassOutcome, Store, Trigger};
+use crate::timefmt::rfc3339;
 
 /// The store, shared between the loop (writes) and the HTTP API (reads).
 pub type SharedStore = Arc<Mutex<Store>>;
@@ -40,8 +43,6 @@ pub struct PassDeps {
     pub live: Arc<LiveStatus>,
     /// The cluster to follow (composition mode).
     pub cluster: Option<String>,
-    /// Apply or only report.
-    pub mode: Mode,
     /// The node name passes are recorded under (`*` for a whole-cluster agent).
     pub node_label: String,
     /// Set on shutdown: aborts a running git fetch.
@@ -50,9 +51,9 @@ pub struct PassDeps {
     pub metrics: Arc<Metrics>,
     /// The write circuit breaker; it outlives configuration reloads.
     pub breaker: Arc<Mutex<Breaker>>,
-    /// Prune and restart policy. Prune candidates are the guests carrying the ownership tag
-    /// (DESIGN.md §3), so guests the Go program created are recognised; the store's inventory
-    /// records what this agent created and deleted.
+    /// Prune and restart policy. Prune candidates are the guests carrying the ownership tag,
+    /// so guests the Go program created are recognised; each pass adds how the store says
+    /// this agent created its guests.
     pub plan_options: PlanOptions,
 }
 
@@ -101,8 +102,14 @@ struct Fetched {
     source_error: Option<String>,
 }
 
+/// Git failed and no revision was fetched before: what to say, and whether it may heal.
+struct FetchFailure {
+    text: String,
+    transient: bool,
+}
+
 /// Fetches the revision: the new one, or the last good one (marked stale) when git fails.
-async fn fetch(deps: &PassDeps) -> Result<Fetched, String> {
+async fn fetch(deps: &PassDeps) -> Result<Fetched, FetchFailure> {
     let source = deps.source.clone();
     let interrupt = deps.interrupt.clone();
     // On failure the last good revision is looked up in the same blocking task: it may
@@ -110,7 +117,7 @@ async fn fetch(deps: &PassDeps) -> Result<Fetched, String> {
     let fetched = tokio::task::spawn_blocking(move || {
         source
             .fetch(&interrupt)
-            .map_err(|error| (error_text(&error), source.last_good()))
+            .map_err(|error| (error_text(&error), error.is_transient(), source.last_good()))
     })
     .await;
     match fetched {
@@ -128,7 +135,7 @@ async fn fetch(deps: &PassDeps) -> Result<Fetched, String> {
                 source_error: None,
             })
         }
-        Ok(Err((text, last_good))) => {
+        Ok(Err((text, transient, last_good))) => {
             deps.live
                 .set_source_error(Some(text.clone()), last_good.is_some());
             match last_good {
@@ -145,11 +152,14 @@ async fn fetch(deps: &PassDeps) -> Result<Fetched, String> {
                 }
                 None => {
                     tracing::warn!(error = %text, "git fetch failed and no revision was fetched before");
-                    Err(text)
+                    Err(FetchFailure { text, transient })
                 }
             }
         }
-        Err(join) => Err(format!("git fetch task failed: {join}")),
+        Err(join) => Err(FetchFailure {
+            text: format!("git fetch task failed: {join}"),
+            transient: true,
+        }),
     }
 }
 
@@ -177,192 +187,288 @@ fn note_source(deps: &PassDeps, pass: PassId, fetched: &Fetched) {
     });
 }
 
-/// Ends a pass that failed before it could write anything, with the reason.
-fn fail_early(
-    deps: &PassDeps,
-    pass: PassId,
+/// How a pass ended, with everything its record needs: the store's row, the live view and
+/// the loop's [`PassEnd`]. Built by the phases, written by [`record`] alone.
+struct Ended {
+    end: PassEnd,
+    outcome: PassOutcome,
     commit: Option<String>,
-    started: SystemTime,
     counts: PassCounts,
-    reason: String,
-) -> Verdict {
-    with_store(&deps.store, |s| {
-        log_store_error(s.note_error(pass, &reason))
-    });
-    finish(deps, pass, PassOutcome::Failed, counts);
-    deps.live.finish(last_pass(
-        commit,
-        started,
-        "failed",
-        Vec::new(),
-        Some(reason),
-    ));
-    Verdict::Transient
+    /// Written to the pass's record as its error note.
+    note: Option<String>,
+    /// Why nothing was applied, for the live view.
+    abort_reason: Option<String>,
+    /// Why writes were held back, for the live view.
+    writes_held_back: Option<String>,
+    /// The invalid revision's diagnostics.
+    diagnostics: Vec<Diagnostic>,
+    objects: Vec<status::ObjectStatus>,
 }
 
-/// Runs one pass and records it. Returns how the loop should carry on.
+impl Ended {
+    /// A pass that failed before it wrote anything, for `reason`.
+    fn failed(end: PassEnd, commit: Option<String>, counts: PassCounts, reason: String) -> Self {
+        Self {
+            end,
+            outcome: PassOutcome::Failed,
+            commit,
+            counts,
+            note: Some(reason.clone()),
+            abort_reason: Some(reason),
+            writes_held_back: None,
+            diagnostics: Vec::new(),
+            objects: Vec::new(),
+        }
+    }
+}
+
+/// Runs one pass and records it: fetch → validate → observe and plan → gate and execute
+/// (the last three are [`reconcile::reconcile_once`] with the agent's [`AgentHooks`]) →
+/// record. Returns how the loop should carry on.
 pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationToken) -> Verdict {
     let started = SystemTime::now();
-    let fetched = match fetch(deps).await {
-        Ok(fetched) => fetched,
-        Err(error) => {
-            let id = with_store(&deps.store, |s| {
-                log_store_error(s.begin_pass(&deps.node_label, None, trigger, started))
-            });
-            if let Some(id) = id {
-                with_store(&deps.store, |s| {
-                    log_store_error(s.note_source(id, None, false, Some(&error), false))
-                });
-                return fail_early(deps, id, None, started, PassCounts::default(), error);
-            }
-            deps.live
-                .finish(last_pass(None, started, "failed", Vec::new(), Some(error)));
-            return Verdict::Transient;
-        }
-    };
-    let commit = fetched.revision.commit.clone();
-    let span = tracing::info_span!("pass", revision = %short(&commit), trigger = trigger.as_str());
+    let fetched = fetch(deps).await;
+    let commit = fetched.as_ref().ok().map(|f| f.revision.commit.clone());
+    let span = tracing::info_span!(
+        "pass",
+        revision = %short(commit.as_deref().unwrap_or("-")),
+        trigger = trigger.as_str()
+    );
     let _entered = span.enter();
     let Some(pass) = with_store(&deps.store, |s| {
-        log_store_error(s.begin_pass(&deps.node_label, Some(&commit), trigger, started))
+        log_store_error(s.begin_pass(&deps.node_label, commit.as_deref(), trigger, started))
     }) else {
-        return Verdict::Transient;
-    };
-    note_source(deps, pass, &fetched);
-    let stale = fetched.source_error.is_some();
-    let revision = fetched.revision;
-
-    // An unresolvable cloud-init reference refuses the revision like a validation error.
-    let desired = match reconcile::desired_state(&revision.files, deps.cluster.as_deref()).and_then(
-        |mut desired| {
-            reconcile::resolve_secrets(&mut desired, &revision.files, &deps.context.secrets)
-                .map(|()| desired)
-        },
-    ) {
-        Ok(desired) => desired,
-        Err(error) => {
-            if let ReconcileError::Invalid(diagnostics) = &error {
-                with_store(&deps.store, |s| {
-                    log_store_error(s.record_invalid(pass, diagnostics))
-                });
-            }
-            let text = error_text(&error);
-            tracing::warn!(error = %text, "revision not applied");
-            finish(deps, pass, PassOutcome::Invalid, PassCounts::default());
+        // Nothing can be recorded; the live view still says why when git failed too.
+        if let Err(failure) = fetched {
             deps.live.finish(last_pass(
-                Some(commit),
+                None,
                 started,
-                "invalid",
+                PassOutcome::Failed.as_str(),
                 Vec::new(),
-                Some(text),
+                Some(failure.text),
             ));
-            return Verdict::Stalled;
+        }
+        return Verdict::of(&PassEnd::StoreFailed);
+    };
+    let ended = match fetched {
+        Err(failure) => {
+            with_store(&deps.store, |s| {
+                log_store_error(s.note_source(pass, None, false, Some(&failure.text), false))
+            });
+            Ended::failed(
+                PassEnd::NoRevision {
+                    transient: failure.transient,
+                },
+                None,
+                PassCounts::default(),
+                failure.text,
+            )
+        }
+        Ok(fetched) => {
+            note_source(deps, pass, &fetched);
+            reconcile(deps, pass, &fetched.revision, cancel).await
         }
     };
+    record(deps, pass, started, ended)
+}
 
+/// The phases after the fetch: validate, observe and plan, gate and execute, through the one
+/// pipeline, with the agent's hooks.
+async fn reconcile(
+    deps: &PassDeps,
+    pass: PassId,
+    revision: &Revision,
+    cancel: &CancellationToken,
+) -> Ended {
+    let commit = revision.commit.clone();
     // How the owned guests were created, for requires-recreate findings (PVE keeps no
     // clone source, CT template or imported image); unreadable → nothing compared.
     let mut options = deps.plan_options.clone();
     options.created =
         with_store(&deps.store, |s| log_store_error(s.creations(None))).unwrap_or_default();
-    let plan = reconcile::observe_and_plan_with(&deps.context, &desired, &options).await;
+    let mut hooks = AgentHooks {
+        deps,
+        pass,
+        commit: &commit,
+        gated: None,
+    };
+    let progress = recording_progress(deps, pass, cancel.clone());
+    let result = reconcile::reconcile_once(
+        &deps.context,
+        &revision.files,
+        deps.cluster.as_deref(),
+        Mode::Apply,
+        &options,
+        &mut hooks,
+        &progress,
+        cancel,
+    )
+    .await;
+    let gated = hooks.gated;
+    let done = match result {
+        Ok(done) => done,
+        Err(error) => {
+            let text = error_text(&error);
+            tracing::warn!(error = %text, "revision not applied");
+            let diagnostics = match error {
+                ReconcileError::Invalid(diagnostics) => diagnostics,
+                _ => Vec::new(),
+            };
+            return Ended {
+                end: PassEnd::Invalid,
+                outcome: PassOutcome::Invalid,
+                commit: Some(commit),
+                counts: PassCounts::default(),
+                note: None,
+                abort_reason: Some(text),
+                writes_held_back: None,
+                diagnostics,
+                objects: Vec::new(),
+            };
+        }
+    };
+    let plan = &done.plan;
+    let findings = plan.findings.len();
     if let Some(reason) = &plan.aborted {
         // Fail closed: without the guest listing nothing is written, and the findings of
         // this pass say nothing about drift (recording them would resolve every open one).
         let reason = format!("listing the cluster's guests failed: {reason}");
         tracing::warn!(%reason, "pass aborted before any write");
-        let counts = PassCounts::from_report(&ApplyReport::default(), plan.findings.len());
-        return fail_early(deps, pass, Some(commit), started, counts, reason);
+        let counts = PassCounts::from_report(&ApplyReport::default(), findings);
+        return Ended::failed(PassEnd::ObserveAborted, Some(commit), counts, reason);
     }
-    record_findings(deps, &desired, &plan, &commit);
-    let observe_failed = plan
-        .findings
-        .iter()
-        .any(|f| f.kind == FindingKind::ObserveFailed);
-
-    let gated = if deps.mode == Mode::Apply && plan.has_changes() {
-        let permit = gate::permit(deps);
-        with_store(&deps.store, |s| {
-            log_store_error(s.note_write_breaker(pass, permit.mark))
-        });
-        Some(gate::split(&plan, permit))
-    } else {
-        None
-    };
-    let mut held_reason = gated.as_ref().and_then(|g| g.reason.clone());
-    let report = match &gated {
-        Some(gated) => {
-            let progress = recording_progress(deps, pass, cancel.clone());
-            let (mut report, tripped) =
-                gate::apply_levels(deps, &desired, &gated.run, &progress, cancel).await;
-            if tripped > 0 {
-                held_reason = Some(format!(
-                    "write circuit breaker opened during the pass: {tripped} action(s) of later \
-                     levels held back"
-                ));
-            }
-            report
-                .results
-                .extend(gate::hold_back(&gated.held, &progress));
-            Some(report)
-        }
-        None => None,
-    };
     deps.publish_breaker();
-
-    let (outcome, counts) = match &report {
-        _ if cancel.is_cancelled() => (
-            PassOutcome::Interrupted,
-            report.as_ref().map_or_else(PassCounts::default, |r| {
-                PassCounts::from_report(r, plan.findings.len())
-            }),
-        ),
-        Some(r) if r.is_success() => (
-            PassOutcome::Applied,
-            PassCounts::from_report(r, plan.findings.len()),
-        ),
-        Some(r) => (
-            PassOutcome::Failed,
-            PassCounts::from_report(r, plan.findings.len()),
-        ),
-        None => (
-            PassOutcome::NoChange,
-            PassCounts::from_report(&ApplyReport::default(), plan.findings.len()),
-        ),
+    let report = done.report.as_ref();
+    let outcome = match report {
+        _ if cancel.is_cancelled() => PassOutcome::Interrupted,
+        Some(r) if r.is_success() => PassOutcome::Applied,
+        Some(_) => PassOutcome::Failed,
+        None => PassOutcome::NoChange,
     };
-    if let Some(reason) = &held_reason {
-        with_store(&deps.store, |s| log_store_error(s.note_error(pass, reason)));
-    }
-    finish(deps, pass, outcome, counts);
-    let objects = status::objects(
-        desired.cluster.as_deref(),
-        placements(&desired, &deps.context.scope).into_iter(),
-        &plan,
-        report.as_ref(),
-    );
-    let mut last = last_pass(Some(commit), started, outcome.as_str(), objects, None);
-    // Writes held back by the breaker are not an abort: the pass observed and recorded.
-    last.writes_held_back = held_reason;
-    deps.live.finish(last);
-    tracing::info!(outcome = outcome.as_str(), stale, "pass finished");
-    match outcome {
-        // The probe write succeeded: the writes it held back are due now.
-        PassOutcome::Failed
-            if gated.as_ref().is_some_and(|g| g.probed) && deps.writes_allowed() =>
-        {
-            Verdict::Again
+    let counts = PassCounts::from_report(report.unwrap_or(&ApplyReport::default()), findings);
+    let tripped = report.and_then(|r| r.held_back.as_ref());
+    let held_reason = match tripped {
+        Some(held) => Some(format!(
+            "write circuit breaker opened during the pass: {} action(s) of later levels held \
+             back",
+            held.actions
+        )),
+        None => gated.as_ref().and_then(|g| g.reason.clone()),
+    };
+    let end = if outcome == PassOutcome::Interrupted {
+        PassEnd::Interrupted
+    } else {
+        PassEnd::Ran {
+            failures: report
+                .map(|r| r.failure_classes().collect())
+                .unwrap_or_default(),
+            observe_failed: plan
+                .findings
+                .iter()
+                .any(|f| f.kind == FindingKind::ObserveFailed),
+            probe_closed: outcome == PassOutcome::Failed
+                && gated.is_some_and(|g| g.probed && g.held > 0)
+                && deps.writes_allowed(),
         }
-        PassOutcome::Applied | PassOutcome::NoChange if observe_failed => Verdict::Transient,
-        PassOutcome::Applied | PassOutcome::NoChange | PassOutcome::Interrupted => Verdict::Ok,
-        PassOutcome::Failed | PassOutcome::Invalid => Verdict::Stalled,
+    };
+    let objects = status::objects(
+        done.desired.cluster.as_deref(),
+        placements(&done.desired, &deps.context.scope).into_iter(),
+        plan,
+        report,
+    );
+    Ended {
+        end,
+        outcome,
+        commit: Some(commit),
+        counts,
+        note: held_reason.clone(),
+        abort_reason: None,
+        writes_held_back: held_reason,
+        diagnostics: Vec::new(),
+        objects,
     }
 }
 
-/// Records the guests this pass created (now owned) and deleted (released).
-fn finish(deps: &PassDeps, pass: PassId, outcome: PassOutcome, counts: PassCounts) {
+/// The one place a pass's end is written: the store's record, the live view, the log.
+fn record(deps: &PassDeps, pass: PassId, started: SystemTime, ended: Ended) -> Verdict {
     with_store(&deps.store, |s| {
-        log_store_error(s.finish_pass(pass, outcome, counts, SystemTime::now()))
+        if !ended.diagnostics.is_empty() {
+            log_store_error(s.record_invalid(pass, &ended.diagnostics));
+        }
+        if let Some(note) = &ended.note {
+            log_store_error(s.note_error(pass, note));
+        }
+        log_store_error(s.finish_pass(pass, ended.outcome, ended.counts, SystemTime::now()))
     });
+    let mut last = last_pass(
+        ended.commit,
+        started,
+        ended.outcome.as_str(),
+        ended.objects,
+        ended.abort_reason,
+    );
+    // Writes held back by the breaker are not an abort: the pass observed and recorded.
+    last.writes_held_back = ended.writes_held_back;
+    deps.live.finish(last);
+    tracing::info!(outcome = ended.outcome.as_str(), "pass finished");
+    Verdict::of(&ended.end)
+}
+
+/// What the breaker let a pass write.
+#[derive(Debug, Clone)]
+struct GateSummary {
+    probed: bool,
+    held: usize,
+    reason: Option<String>,
+}
+
+/// What the agent adds to the pipeline: it records the findings of every plan that was
+/// not aborted, asks the write circuit breaker before the first write and between levels,
+/// and notes the breaker's state on the pass.
+struct AgentHooks<'a> {
+    deps: &'a PassDeps,
+    pass: PassId,
+    commit: &'a str,
+    gated: Option<GateSummary>,
+}
+
+impl Hooks for AgentHooks<'_> {
+    fn planned(&mut self, desired: &DesiredState, plan: &Plan) {
+        if plan.aborted.is_none() {
+            record_findings(self.deps, desired, plan, self.commit);
+        }
+    }
+
+    fn approve(&mut self, plan: &Plan) -> Approval {
+        let permit = gate::permit(&self.deps.breaker);
+        with_store(&self.deps.store, |s| {
+            log_store_error(s.note_write_breaker(self.pass, permit.mark))
+        });
+        if let Permit::All = permit.permit {
+            self.gated = Some(GateSummary {
+                probed: false,
+                held: 0,
+                reason: None,
+            });
+            return Approval::All;
+        }
+        let gated = gate::split(plan, permit);
+        self.gated = Some(GateSummary {
+            probed: gated.probed,
+            held: gated.held.len(),
+            reason: gated.reason,
+        });
+        Approval::Part {
+            run: gated.run,
+            held: gated.held,
+            reason: gate::HELD_BACK.to_owned(),
+        }
+    }
+
+    fn before_level(&mut self, index: usize) -> LevelGate {
+        gate::between_levels(&self.deps.breaker, index)
+    }
 }
 
 /// Records findings for every node the pass covers, so findings that went away resolve.
@@ -450,7 +556,7 @@ fn recording_progress(deps: &PassDeps, pass: PassId, cancel: CancellationToken) 
             Event::TaskStarted { action, upid } => {
                 if let Some((id, _)) = ids.get(&key(action)) {
                     with_store(&store, |s| {
-                        log_store_error(s.record_task_started(*id, upid, now))
+                        log_store_error(s.record_task_started(*id, upid.as_str(), now))
                     });
                 }
             }
@@ -520,11 +626,6 @@ fn last_pass(
         abort_reason,
         writes_held_back: None,
     }
-}
-
-/// RFC 3339 in UTC, seconds precision.
-pub fn rfc3339(time: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn short(commit: &str) -> &str {

@@ -1,8 +1,12 @@
-//! What the loop does after a pass: the one place that maps an outcome or error to the next
-//! delay (STYLE H5). Transient failures back off exponentially with jitter and reset after a
-//! success; an invalid revision stalls until a new commit or the next scheduled poll.
+//! What the loop does after a pass: the one place that maps how a pass ended to the next
+//! delay (STYLE H5). [`Verdict::of`] reads a [`PassEnd`], built from classes set where each
+//! failure happened (`FailureClass`, `SourceError::is_transient`), never from error text.
+//! Transient failures back off exponentially with jitter and reset after a success; an
+//! invalid revision or a refusal stalls until a new commit or the next scheduled poll.
 
 use std::time::Duration;
+
+use crate::execute::FailureClass;
 
 /// First delay after a transient failure.
 pub const MIN_BACKOFF: Duration = Duration::from_secs(5);
@@ -22,6 +26,60 @@ pub enum Verdict {
     /// A probe write closed the write circuit breaker: the writes it held back are due, so
     /// the next pass starts at once.
     Again,
+}
+
+/// How a pass ended, as far as scheduling is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassEnd {
+    /// No revision to work on: git failed and none was fetched before; `transient` is the
+    /// source error's own class (network trouble, or settings and credentials).
+    NoRevision {
+        /// Whether retrying soon may help.
+        transient: bool,
+    },
+    /// The state database could not record the pass.
+    StoreFailed,
+    /// The revision is not applied: a validation error, a reference that does not resolve,
+    /// no cluster chosen.
+    Invalid,
+    /// The guest listing failed, so nothing was written.
+    ObserveAborted,
+    /// Shutdown cut the pass short.
+    Interrupted,
+    /// The pass planned and ran what it could.
+    Ran {
+        /// The class of each failed action.
+        failures: Vec<FailureClass>,
+        /// Some resource could not be observed, so none of its actions was planned.
+        observe_failed: bool,
+        /// A half-open breaker's probe write succeeded while other writes were held back.
+        probe_closed: bool,
+    },
+}
+
+impl Verdict {
+    /// The one table from a pass's end to what the loop does next.
+    pub fn of(end: &PassEnd) -> Self {
+        match end {
+            PassEnd::NoRevision { transient: true }
+            | PassEnd::StoreFailed
+            | PassEnd::ObserveAborted => Self::Transient,
+            PassEnd::NoRevision { transient: false } | PassEnd::Invalid => Self::Stalled,
+            PassEnd::Interrupted => Self::Ok,
+            PassEnd::Ran {
+                probe_closed: true, ..
+            } => Self::Again,
+            PassEnd::Ran { failures, .. } if failures.iter().any(|c| !c.may_heal()) => {
+                Self::Stalled
+            }
+            PassEnd::Ran {
+                failures,
+                observe_failed,
+                ..
+            } if !failures.is_empty() || *observe_failed => Self::Transient,
+            PassEnd::Ran { .. } => Self::Ok,
+        }
+    }
 }
 
 /// Exponential backoff with jitter, reset by a success.
@@ -61,6 +119,74 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ran(failures: &[FailureClass]) -> PassEnd {
+        PassEnd::Ran {
+            failures: failures.to_vec(),
+            observe_failed: false,
+            probe_closed: false,
+        }
+    }
+
+    #[test]
+    fn each_way_a_pass_ends_has_one_verdict() {
+        use FailureClass::{Lock, Refused, TaskFailed, Transient as Net};
+        let table: &[(&str, PassEnd, Verdict)] = &[
+            ("applied, or nothing to do", ran(&[]), Verdict::Ok),
+            ("a 503 on a write", ran(&[Net]), Verdict::Transient),
+            ("a lock that stayed busy", ran(&[Lock]), Verdict::Transient),
+            ("a 403 on a write", ran(&[Refused]), Verdict::Stalled),
+            ("a task that failed", ran(&[TaskFailed]), Verdict::Stalled),
+            (
+                "a refusal beside a transient failure",
+                ran(&[Net, Refused]),
+                Verdict::Stalled,
+            ),
+            (
+                "a resource that could not be observed",
+                PassEnd::Ran {
+                    failures: Vec::new(),
+                    observe_failed: true,
+                    probe_closed: false,
+                },
+                Verdict::Transient,
+            ),
+            (
+                "a probe write that closed the breaker",
+                PassEnd::Ran {
+                    failures: Vec::new(),
+                    observe_failed: false,
+                    probe_closed: true,
+                },
+                Verdict::Again,
+            ),
+            ("an invalid revision", PassEnd::Invalid, Verdict::Stalled),
+            (
+                "git unreachable, no revision yet",
+                PassEnd::NoRevision { transient: true },
+                Verdict::Transient,
+            ),
+            (
+                "git refused the credentials, no revision yet",
+                PassEnd::NoRevision { transient: false },
+                Verdict::Stalled,
+            ),
+            (
+                "the guest listing failed",
+                PassEnd::ObserveAborted,
+                Verdict::Transient,
+            ),
+            (
+                "the state database failed",
+                PassEnd::StoreFailed,
+                Verdict::Transient,
+            ),
+            ("shutdown", PassEnd::Interrupted, Verdict::Ok),
+        ];
+        for (case, end, verdict) in table {
+            assert_eq!(Verdict::of(end), *verdict, "{case}");
+        }
+    }
 
     #[test]
     fn transient_failures_back_off_exponentially_up_to_the_cap() {

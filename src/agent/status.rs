@@ -10,8 +10,8 @@ use proxops_core::resource::ResourceId;
 use serde::Serialize;
 
 use crate::agent::breaker::Breaker;
-use crate::agent::pass::rfc3339;
 use crate::execute::{ApplyReport, Outcome};
+use crate::timefmt::rfc3339;
 
 /// Live state shared between the loop and the HTTP handlers.
 #[derive(Debug)]

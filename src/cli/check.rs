@@ -7,14 +7,18 @@
 
 use std::io::Write;
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
 
 use crate::check::{self, Inputs, Report, Status};
 use crate::cli::Exit;
 use crate::cli::pass::PassArgs;
 use crate::config::AgentConfig;
 use crate::output;
-use crate::reconcile;
+use crate::reconcile::{self, Hooks, Mode};
+use crate::secrets::resolve::ResolveError;
 
 /// Arguments of `proxops check`.
 #[derive(Debug, clap::Args)]
@@ -43,38 +47,46 @@ pub async fn report(pass: &PassArgs) -> anyhow::Result<Report> {
     let config = AgentConfig::load(&pass.config)
         .with_context(|| format!("loading {}", pass.config.display()))?;
     let prepared = pass.prepare()?;
-    let mut desired = match reconcile::desired_state(&prepared.files, prepared.cluster.as_deref()) {
-        Ok(desired) => Some(desired),
-        Err(error) => return Err(output::reconcile_error(error)),
-    };
-    // Resolved like a pass would (so the plan compares the real keys), but a failure is a
-    // checklist problem rather than the end of the check.
-    let secrets = desired.as_mut().and_then(|desired| {
-        let guests = desired.manifest.cloud_init_refs().count();
-        if guests == 0 {
-            return None;
-        }
-        Some(
-            reconcile::resolve_secrets(desired, &prepared.files, &prepared.context.secrets)
-                .map(|()| guests)
-                .map_err(|e| crate::observe::error_text(&e)),
-        )
-    });
-    let plan = match &desired {
-        Some(desired) => {
-            Some(reconcile::observe_and_plan_with(&prepared.context, desired, &prepared.plan).await)
-        }
-        None => None,
-    };
+    // Secrets are resolved like a pass would (so the plan compares the real keys), but a
+    // failure is a checklist problem rather than the end of the check.
+    let mut hooks = CheckHooks::default();
+    let no_progress: crate::execute::Progress = Arc::new(|_| {});
+    let planned = reconcile::reconcile_once(
+        &prepared.context,
+        &prepared.files,
+        prepared.cluster.as_deref(),
+        Mode::Report,
+        &prepared.plan,
+        &mut hooks,
+        &no_progress,
+        &CancellationToken::new(),
+    )
+    .await
+    .map_err(output::reconcile_error)?;
+    let guests = planned.desired.manifest.cloud_init_refs().count();
+    let secrets = (guests > 0).then(|| hooks.secrets_error.map_or(Ok(guests), Err));
     Ok(check::run(Inputs {
         pve: &prepared.context.pve,
         token_id: &config.pve.token_id,
         scope: &prepared.context.scope,
-        desired: desired.as_ref(),
-        plan: plan.as_ref(),
+        desired: Some(&planned.desired),
+        plan: Some(&planned.plan),
         secrets,
     })
     .await)
+}
+
+/// `check` goes on when a secret reference does not resolve, and reports it.
+#[derive(Default)]
+struct CheckHooks {
+    secrets_error: Option<String>,
+}
+
+impl Hooks for CheckHooks {
+    fn secrets_failed(&mut self, error: &ResolveError) -> bool {
+        self.secrets_error = Some(crate::observe::error_text(error));
+        true
+    }
 }
 
 fn print_report(report: &Report) -> anyhow::Result<()> {

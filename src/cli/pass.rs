@@ -62,13 +62,7 @@ impl PassArgs {
         let pve = PveClient::new(config.pve.client_config())
             .with_context(|| format!("connecting to PVE at {}", config.pve.url))?;
         let context = Context::from_config(pve, scope, &config);
-        let plan = PlanOptions {
-            prune: config.policy.prune,
-            max_prune: config.policy.max_prune,
-            restart_on_change: config.policy.restart_on_change,
-            inventory: None,
-            created: Vec::new(),
-        };
+        let plan = PlanOptions::from_config(&config);
         Ok(Prepared {
             files,
             cluster: self.cluster.clone().or(config.cluster),

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::Exit;
 use crate::cli::pass::PassArgs;
 use crate::output;
-use crate::reconcile::{self, Mode};
+use crate::reconcile::{self, Mode, NoHooks};
 
 /// Arguments of `proxops plan`.
 #[derive(Debug, clap::Args)]
@@ -31,8 +31,9 @@ pub(crate) async fn run_pass(pass: &PassArgs) -> anyhow::Result<Exit> {
         &prepared.context,
         &prepared.files,
         prepared.cluster.as_deref(),
-        Mode::Plan,
+        Mode::Report,
         &prepared.plan,
+        &mut NoHooks,
         &no_progress,
         &CancellationToken::new(),
     )

@@ -38,7 +38,7 @@ use crate::agent::{AgentError, database_path};
 use crate::config::AgentConfig;
 use crate::http::{PassJson, StatusJson};
 use crate::output;
-use crate::reconcile::{self, Context, Pass};
+use crate::reconcile::{self, Context, Mode, NoHooks, Pass, PlanOptions};
 use crate::source::directory::read_manifest_files;
 use crate::store::{ActionRecord, PassId, PassSummary, Store};
 
@@ -251,15 +251,9 @@ async fn with_files(
     );
     let files = read_manifest_files(&repo_dir)
         .with_context(|| format!("reading {}", repo_dir.display()))?;
-    let desired = reconcile::desired_state(&files, config.cluster.as_deref())
-        .map_err(output::reconcile_error)?;
-    let first_plan = reconcile::observe_and_plan(&ctx, &desired).await;
-    let first_total = first_plan.actions().count();
-    output::print_plan(&Pass {
-        cluster: desired.cluster.clone(),
-        plan: first_plan,
-        report: None,
-    });
+    let planned = plan_only(&ctx, &files, config.cluster.as_deref()).await?;
+    let first_total = planned.plan.actions().count();
+    output::print_plan(&planned);
 
     // 4. The agent.
     let shutdown = CancellationToken::new();
@@ -282,7 +276,9 @@ async fn with_files(
         state_dir: config.state_dir.clone(),
         ctx,
     };
-    let outcome = demo.scenario(&desired, first_total).await;
+    let outcome = demo
+        .scenario(&files, config.cluster.as_deref(), first_total)
+        .await;
     shutdown.cancel();
     let stopped = demo.agent.await;
     drop(reload_tx);
@@ -308,7 +304,8 @@ struct Demo {
 impl Demo {
     async fn scenario(
         &mut self,
-        desired: &proxops_core::repository::DesiredState,
+        files: &BTreeMap<String, String>,
+        cluster: Option<&str>,
         first_total: usize,
     ) -> anyhow::Result<bool> {
         show::step(
@@ -334,13 +331,9 @@ impl Demo {
         delete_iso(&pve).await?;
         let vm_changed = change_vm(&pve).await?;
         show::info("the plan now (what the next pass will find):");
-        let drift_plan = reconcile::observe_and_plan(&self.ctx, desired).await;
-        let drift_total = drift_plan.actions().count();
-        output::print_plan(&Pass {
-            cluster: desired.cluster.clone(),
-            plan: drift_plan,
-            report: None,
-        });
+        let drift = plan_only(&self.ctx, files, cluster).await?;
+        let drift_total = drift.plan.actions().count();
+        output::print_plan(&drift);
 
         // 6. A webhook delivery triggers the next pass.
         show::step(
@@ -587,6 +580,27 @@ fn text_of(value: &serde_json::Value) -> String {
 }
 
 /// The reconcile context the agent builds from the same config (see `agent::build`).
+/// What a pass would do now, as `proxops plan` shows it: the pipeline in report mode.
+async fn plan_only(
+    ctx: &Context,
+    files: &BTreeMap<String, String>,
+    cluster: Option<&str>,
+) -> anyhow::Result<Pass> {
+    let no_progress: crate::execute::Progress = Arc::new(|_| {});
+    reconcile::reconcile_once(
+        ctx,
+        files,
+        cluster,
+        Mode::Report,
+        &PlanOptions::default(),
+        &mut NoHooks,
+        &no_progress,
+        &CancellationToken::new(),
+    )
+    .await
+    .map_err(output::reconcile_error)
+}
+
 fn context(config: &AgentConfig) -> anyhow::Result<Context> {
     let pve = PveClient::new(config.pve.client_config())
         .with_context(|| format!("setting up the PVE client for {}", config.pve.url))?;

@@ -8,7 +8,7 @@ use proxops_pve::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::execute::{Event, Options, Outcome, Progress};
+use crate::execute::{Event, FailureClass, Options, Outcome, Progress};
 use crate::observe::error_text;
 
 pub(super) async fn run(
@@ -21,7 +21,13 @@ pub(super) async fn run(
 ) -> Outcome {
     let request = match request(download) {
         Ok(request) => request,
-        Err(error) => return Outcome::Failed { upid: None, error },
+        Err(error) => {
+            return Outcome::Failed {
+                class: FailureClass::Refused,
+                upid: None,
+                error,
+            };
+        }
     };
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(500);
@@ -42,6 +48,7 @@ pub(super) async fn run(
             }
             Err(error) => {
                 return Outcome::Failed {
+                    class: FailureClass::of_pve(&error),
                     upid: None,
                     error: error_text(&error),
                 };
@@ -50,21 +57,25 @@ pub(super) async fn run(
     };
     progress(&Event::TaskStarted {
         action: action.clone(),
-        upid: upid.to_string(),
+        upid: upid.clone(),
     });
     match wait_for_task(pve, &upid, &options.wait, cancel).await {
         Ok(status) => Outcome::Succeeded {
-            upid: Some(upid.to_string()),
+            upid: Some(upid),
             exitstatus: status.exitstatus.unwrap_or_else(|| "OK".to_owned()),
         },
-        Err(TaskError::Failed { exitstatus, .. }) => Outcome::Failed {
-            upid: Some(upid.to_string()),
-            error: exitstatus,
-        },
-        Err(error) => Outcome::Failed {
-            upid: Some(upid.to_string()),
-            error: error_text(&error),
-        },
+        Err(error) => {
+            let class = FailureClass::of_task(&error);
+            let error = match error {
+                TaskError::Failed { exitstatus, .. } => exitstatus,
+                other => error_text(&other),
+            };
+            Outcome::Failed {
+                class,
+                upid: Some(upid),
+                error,
+            }
+        }
     }
 }
 

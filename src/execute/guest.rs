@@ -8,6 +8,11 @@
 //! at most `lock_retry_for`; any other refusal fails the action (a digest mismatch too: the
 //! next pass observes afresh and converges).
 
+#![allow(
+    clippy::result_large_err,
+    reason = "a StepError is built at most once per failed action"
+)]
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,7 +25,7 @@ use proxops_pve::{PveClient, PveError, Request, TaskError, Upid, wait_for_task};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::execute::{Event, Options, Outcome, Progress};
+use crate::execute::{Event, FailureClass, Options, Outcome, Progress};
 use crate::observe::error_text;
 
 /// Seconds since the epoch, as PVE writes a task's start time.
@@ -30,15 +35,23 @@ fn epoch_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Why a step of a guest action did not succeed.
+/// Why a step of a guest action did not succeed. Large (it holds a parsed UPID), but built at
+/// most once per failed action, so it is not boxed (hence the module's `result_large_err`).
 enum StepError {
     /// PVE refused the request or the task failed.
-    Failed { upid: Option<String>, error: String },
+    Failed {
+        class: FailureClass,
+        upid: Option<Upid>,
+        error: String,
+    },
     /// Cancelled while waiting.
     Interrupted,
 }
 
 type Step<T> = Result<T, StepError>;
+
+/// A step that succeeded: its task, if PVE ran one, and PVE's exit status.
+type Done = (Option<Upid>, String);
 
 /// One guest action, from the request to the end of its last task.
 pub(super) struct GuestRun<'a> {
@@ -63,13 +76,14 @@ impl GuestRun<'_> {
             Verb::Promote(g) => self.promote(*g).await,
             Verb::Delete(g) => self.delete(*g).await,
             Verb::Download(_) => Err(StepError::Failed {
+                class: FailureClass::Refused,
                 upid: None,
                 error: "not a guest action".to_owned(),
             }),
         };
         match result {
             Ok((upid, exitstatus)) => Outcome::Succeeded { upid, exitstatus },
-            Err(StepError::Failed { upid, error }) => Outcome::Failed { upid, error },
+            Err(StepError::Failed { class, upid, error }) => Outcome::Failed { class, upid, error },
             Err(StepError::Interrupted) => Outcome::Skipped {
                 reason: "interrupted".to_owned(),
             },
@@ -109,36 +123,41 @@ impl GuestRun<'_> {
     }
 
     /// Waits for the task a write answered with (`null`: PVE did it synchronously).
-    async fn wait(&self, answer: &Value) -> Step<(Option<String>, String)> {
+    async fn wait(&self, answer: &Value) -> Step<Done> {
         let Some(text) = answer.as_str() else {
             return Ok((None, "OK".to_owned()));
         };
         let upid: Upid = text.parse().map_err(|_| StepError::Failed {
+            class: FailureClass::Refused,
             upid: None,
             error: format!("PVE answered `{text}`, which is not a task id"),
         })?;
         (self.progress)(&Event::TaskStarted {
             action: self.action.clone(),
-            upid: upid.to_string(),
+            upid: upid.clone(),
         });
         match wait_for_task(self.pve, &upid, &self.options.wait, self.cancel).await {
             Ok(status) => Ok((
-                Some(upid.to_string()),
+                Some(upid),
                 status.exitstatus.unwrap_or_else(|| "OK".to_owned()),
             )),
             Err(TaskError::Cancelled { .. }) => Err(StepError::Interrupted),
-            Err(TaskError::Failed { exitstatus, .. }) => Err(StepError::Failed {
-                upid: Some(upid.to_string()),
-                error: exitstatus,
-            }),
-            Err(error) => Err(StepError::Failed {
-                upid: Some(upid.to_string()),
-                error: error_text(&error),
-            }),
+            Err(error) => {
+                let class = FailureClass::of_task(&error);
+                let error = match error {
+                    TaskError::Failed { exitstatus, .. } => exitstatus,
+                    other => error_text(&other),
+                };
+                Err(StepError::Failed {
+                    class,
+                    upid: Some(upid),
+                    error,
+                })
+            }
         }
     }
 
-    async fn send_and_wait(&self, req: &Request) -> Step<(Option<String>, String)> {
+    async fn send_and_wait(&self, req: &Request) -> Step<Done> {
         let answer = self.send(req).await?;
         self.wait(&answer).await
     }
@@ -151,8 +170,11 @@ impl GuestRun<'_> {
         let resource = self.desired.manifest.get(&self.action.resource);
         let mut scrub = Scrub::default();
         let params = planned.iter().try_fold(Params::new(), |p, (k, v)| {
-            let value = sealed_value(resource, k, v)
-                .map_err(|error| StepError::Failed { upid: None, error })?;
+            let value = sealed_value(resource, k, v).map_err(|error| StepError::Failed {
+                class: FailureClass::Refused,
+                upid: None,
+                error,
+            })?;
             if let Cow::Owned(secret) = &value {
                 scrub.add(secret);
             }
@@ -161,7 +183,7 @@ impl GuestRun<'_> {
         Ok((params, scrub))
     }
 
-    async fn create(&self, create: &Create) -> Step<(Option<String>, String)> {
+    async fn create(&self, create: &Create) -> Step<Done> {
         let (params, scrub) = self.unsealed(&create.params)?;
         let req = match create.guest_type {
             GuestType::Qemu => request::qemu_create(self.node(), create.vmid, &params),
@@ -179,7 +201,7 @@ impl GuestRun<'_> {
                     .task_behind_lost_answer(&error, create.vmid, task_type, started)
                     .await
                 {
-                    Some(upid) => Value::String(upid),
+                    Some(upid) => Value::String(upid.to_string()),
                     None => return Err(scrub.apply(error)),
                 }
             }
@@ -201,8 +223,11 @@ impl GuestRun<'_> {
         vmid: u32,
         task_type: &str,
         started: u64,
-    ) -> Option<String> {
-        let StepError::Failed { upid: None, error } = error else {
+    ) -> Option<Upid> {
+        let StepError::Failed {
+            upid: None, error, ..
+        } = error
+        else {
             return None;
         };
         if !error.contains("already exists") {
@@ -217,7 +242,7 @@ impl GuestRun<'_> {
                 && upid.task_type() == task_type
                 && upid.id() == vmid.to_string()
                 && u64::from(upid.starttime()) >= not_before;
-            ours.then(|| upid.to_string())
+            ours.then_some(upid)
         })?;
         tracing::warn!(
             node = %self.action.node,
@@ -239,7 +264,7 @@ impl GuestRun<'_> {
         Ok(())
     }
 
-    async fn clone_from(&self, clone: &CloneFrom) -> Step<(Option<String>, String)> {
+    async fn clone_from(&self, clone: &CloneFrom) -> Step<Done> {
         let opts = CloneOptions {
             newid: clone.vmid,
             name: Some(clone.name.clone()).filter(|n| !n.is_empty()),
@@ -253,6 +278,7 @@ impl GuestRun<'_> {
         let body = self.pve.execute(&read).await.map_err(|e| refused(&e))?;
         let live =
             LiveConfig::from_json(GuestType::Qemu, &body).map_err(|e| StepError::Failed {
+                class: FailureClass::Refused,
                 upid: done.0.clone(),
                 error: format!("reading the clone's config: {e}"),
             })?;
@@ -262,7 +288,7 @@ impl GuestRun<'_> {
         Ok(done)
     }
 
-    async fn update(&self, update: &Update) -> Step<(Option<String>, String)> {
+    async fn update(&self, update: &Update) -> Step<Done> {
         let mut done = (None, "OK".to_owned());
         if !update.set.is_empty() || !update.delete.is_empty() {
             let (set, scrub) = self.unsealed(&update.set)?;
@@ -283,7 +309,7 @@ impl GuestRun<'_> {
         Ok(done)
     }
 
-    async fn power(&self, g: GuestRef, power: Power) -> Step<(Option<String>, String)> {
+    async fn power(&self, g: GuestRef, power: Power) -> Step<Done> {
         let node = self.node();
         let req = match (g.guest_type, power) {
             (GuestType::Qemu, Power::Start) => request::qemu_start(node, g.vmid),
@@ -318,7 +344,7 @@ impl GuestRun<'_> {
         u32::try_from(half.as_secs()).unwrap_or(u32::MAX).max(1)
     }
 
-    async fn promote(&self, g: GuestRef) -> Step<(Option<String>, String)> {
+    async fn promote(&self, g: GuestRef) -> Step<Done> {
         let req = match g.guest_type {
             GuestType::Qemu => request::qemu_template(self.node(), g.vmid),
             // Answers `null` although PVE runs a worker.
@@ -327,7 +353,7 @@ impl GuestRun<'_> {
         self.send_and_wait(&req).await
     }
 
-    async fn delete(&self, g: GuestRef) -> Step<(Option<String>, String)> {
+    async fn delete(&self, g: GuestRef) -> Step<Done> {
         let opts = DeleteOptions {
             purge: true,
             destroy_unreferenced_disks: false,
@@ -370,20 +396,25 @@ impl Scrub {
 
     fn apply(&self, error: StepError) -> StepError {
         match error {
-            StepError::Failed { upid, mut error } => {
+            StepError::Failed {
+                class,
+                upid,
+                mut error,
+            } => {
                 for secret in self.0.iter().filter(|s| !s.is_empty()) {
                     error = error.replace(secret.as_str(), proxops_core::secret::REDACTED);
                 }
-                StepError::Failed { upid, error }
+                StepError::Failed { class, upid, error }
             }
             other => other,
         }
     }
 }
 
-/// The client's error already names the method and path.
+/// The client's error already names the method and path; its class says whether it may heal.
 fn refused(error: &PveError) -> StepError {
     StepError::Failed {
+        class: FailureClass::of_pve(error),
         upid: None,
         error: error_text(error),
     }
@@ -399,6 +430,7 @@ mod tests {
         scrub.add("ssh-ed25519%20AAAAkey%20admin%40example%0Assh-rsa%20BBBBkey%20x");
         scrub.add("s3cr3t-Passw0rd");
         let refused = StepError::Failed {
+            class: FailureClass::Refused,
             upid: None,
             error: "POST /nodes/pve1/qemu: 400: sshkeys: invalid urlencoded string: ssh-rsa BBBBkey x; \
                     cipassword: s3cr3t-Passw0rd"

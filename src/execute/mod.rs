@@ -7,9 +7,16 @@
 //! per node. Downloads to the same (node, storage) run one after the other, and so do clones
 //! from the same source template. Every PVE task is waited for. A failed action skips only
 //! the actions that depend on it on the same node; independent actions continue.
+//!
+//! Between levels the executor asks the caller's [`Gate`] whether to go on: the agent's
+//! write circuit breaker holds the later levels back when it opened during the pass.
+//! A failed action carries its [`FailureClass`], set where the failure is known.
 
 mod download;
+mod failure;
 mod guest;
+
+pub use failure::FailureClass;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -19,7 +26,7 @@ use proxops_core::plan::{Action, Plan, Verb};
 use proxops_core::repository::DesiredState;
 use proxops_core::resource::Kind;
 use proxops_core::resource::ResourceId;
-use proxops_pve::{PveClient, WaitOptions};
+use proxops_pve::{PveClient, Upid, WaitOptions};
 use serde::Serialize;
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
@@ -49,7 +56,7 @@ pub enum Event {
         /// The action.
         action: Action,
         /// The task's UPID.
-        upid: String,
+        upid: Upid,
     },
     /// The action ended.
     Finished {
@@ -61,11 +68,52 @@ pub enum Event {
 /// Receives progress events; called from the executor's tasks.
 pub type Progress = Arc<dyn Fn(&Event) + Send + Sync>;
 
+/// Asked before each level runs: whether the executor may go on writing.
+pub trait Gate: Send {
+    /// Before level `index` (0 is the first) starts.
+    fn before_level(&mut self, index: usize) -> LevelGate;
+}
+
+/// A gate's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LevelGate {
+    /// Run the level.
+    Continue,
+    /// Run neither this level nor any later one: their actions are reported skipped as
+    /// `held back: <reason>`.
+    HoldBack(String),
+}
+
+impl<F: FnMut(usize) -> LevelGate + Send> Gate for F {
+    fn before_level(&mut self, index: usize) -> LevelGate {
+        self(index)
+    }
+}
+
+/// The gate that lets every level run.
+pub fn open_gate() -> impl Gate {
+    |_: usize| LevelGate::Continue
+}
+
 /// What happened to each action of a plan, in plan order.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ApplyReport {
     /// One result per action.
     pub results: Vec<ActionResult>,
+    /// The levels a gate held back, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<HeldBack>,
+}
+
+/// Levels a gate held back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldBack {
+    /// The gate's reason.
+    pub reason: String,
+    /// The level the gate stopped before.
+    pub level: usize,
+    /// How many actions were held back.
+    pub actions: usize,
 }
 
 impl ApplyReport {
@@ -88,6 +136,14 @@ impl ApplyReport {
         }
         counts
     }
+
+    /// The class of every failed action, in plan order.
+    pub fn failure_classes(&self) -> impl Iterator<Item = FailureClass> + '_ {
+        self.results.iter().filter_map(|r| match r.outcome {
+            Outcome::Failed { class, .. } => Some(class),
+            _ => None,
+        })
+    }
 }
 
 /// What happened to one action.
@@ -106,14 +162,16 @@ pub enum Outcome {
     /// PVE did it.
     Succeeded {
         /// The task that did it.
-        upid: Option<String>,
+        upid: Option<Upid>,
         /// PVE's exit status (`OK` or `WARNINGS: n`).
         exitstatus: String,
     },
     /// PVE refused it or its task failed.
     Failed {
+        /// What kind of failure: whether it may heal by itself.
+        class: FailureClass,
         /// The task, when PVE started one.
-        upid: Option<String>,
+        upid: Option<Upid>,
         /// PVE's message or exit status.
         error: String,
     },
@@ -124,13 +182,14 @@ pub enum Outcome {
     },
 }
 
-/// Runs `plan` (computed from `desired`) against PVE.
+/// Runs `plan` (computed from `desired`) against PVE, asking `gate` before each level.
 pub async fn apply(
     pve: &PveClient,
     desired: &DesiredState,
     plan: &Plan,
     options: &Options,
     progress: &Progress,
+    gate: &mut dyn Gate,
     cancel: &CancellationToken,
 ) -> ApplyReport {
     let mut report = ApplyReport::default();
@@ -152,7 +211,23 @@ pub async fn apply(
         .collect();
 
     let shared_desired = Arc::new(desired.clone());
-    for level in &plan.levels {
+    for (level_index, level) in plan.levels.iter().enumerate() {
+        if let LevelGate::HoldBack(reason) = gate.before_level(level_index) {
+            let held: Vec<Action> = plan.levels[level_index..]
+                .iter()
+                .flatten()
+                .cloned()
+                .collect();
+            report.held_back = Some(HeldBack {
+                reason: reason.clone(),
+                level: level_index,
+                actions: held.len(),
+            });
+            report
+                .results
+                .extend(skip_all(&held, &format!("held back: {reason}"), progress));
+            break;
+        }
         // The actions of one guest (or one download) on one node, in plan order.
         let mut groups: BTreeMap<(ResourceId, String), Vec<(usize, &Action)>> = BTreeMap::new();
         for (index, action) in level.iter().enumerate() {
@@ -293,6 +368,14 @@ fn waiting_on(
             .contains(&(reference.target.clone(), action.node.clone()))
             .then(|| format!("{} is not ready on {}", reference.target, action.node))
     })
+}
+
+/// Reports every action of `actions` as skipped for `reason`, through `progress`.
+pub fn skip_all(actions: &[Action], reason: &str, progress: &Progress) -> Vec<ActionResult> {
+    actions
+        .iter()
+        .map(|action| skipped(action, reason.to_owned(), progress))
+        .collect()
 }
 
 fn skipped(action: &Action, reason: String, progress: &Progress) -> ActionResult {

@@ -18,9 +18,10 @@ use proxops_pve::PveClient;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::agent::pass::{SharedStore, rfc3339};
+use crate::agent::pass::SharedStore;
 use crate::agent::status::{BreakerView, LiveStatus};
 use crate::store::{DriftRecord, PassSummary};
+use crate::timefmt::rfc3339;
 use crate::webhook::{WebhookMetrics, WebhookState};
 use metrics::{Metrics, Scraped};
 

@@ -644,7 +644,7 @@ pub(super) mod tests {
     #[test]
     fn executor_outcomes_convert_to_recorded_outcomes() {
         let outcome = Outcome::Succeeded {
-            upid: Some("UPID:x".to_owned()),
+            upid: None,
             exitstatus: "WARNINGS: 1".to_owned(),
         };
         assert_eq!(

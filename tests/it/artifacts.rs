@@ -343,3 +343,42 @@ async fn apply_without_yes_off_a_terminal_refuses_and_writes_nothing() {
     );
     assert!(world.writes().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_in_report_mode_sends_no_write_and_names_the_setting_that_stops_it() {
+    let world = World::start(&[("netinst.iso", ISO)]).await;
+    let config = world.dir.path().join("agent.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = if text.contains("[policy]\n") {
+        text.replace("[policy]\n", "[policy]\nmode = \"report\"\n")
+    } else {
+        format!("{text}\n[policy]\nmode = \"report\"\n")
+    };
+    std::fs::write(&config, text).unwrap();
+    let url = format!("{}/netinst.iso", world.files_url);
+    world.write(
+        "iso/netinst.yaml",
+        Some(&artifact(
+            "ISO",
+            "netinst",
+            &["pve1"],
+            "netinst.iso",
+            &url,
+            None,
+        )),
+    );
+
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_eq!(apply.status.code(), Some(1), "{}", stderr(&apply));
+    assert!(
+        stdout(&apply).contains("+ download ISO/netinst on pve1"),
+        "the plan is shown: {}",
+        stdout(&apply)
+    );
+    assert!(
+        stderr(&apply).contains("mode = \"report\""),
+        "{}",
+        stderr(&apply)
+    );
+    assert!(world.writes().is_empty(), "report mode never writes");
+}
