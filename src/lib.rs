@@ -8,15 +8,21 @@
 //! Layout:
 //! - [`adopt`]: existing guests and storage files → manifests, reading PVE with GETs only.
 //! - [`agent`]: the long-running loop (schedule, triggers, retry).
+//! - [`check`]: `proxops check`: does PVE have the storages, bridges and privileges the
+//!   manifests and the current plan need (read-only).
 //! - [`cli`]: one module per subcommand, each with a `run` function; exit codes.
 //! - [`config`]: agent.toml → validated `AgentConfig` (secrets from files).
-//! - [`observe`]: PVE GETs → `ObservedState` (the only pve → core mapping).
+//! - [`demo`]: `proxops demo`: the agent against an in-process simulator and `examples/`.
+//! - [`observe`]: PVE GETs → `ObservedState` (pve → core).
 //! - [`execute`]: runs a `Plan` on PVE, waits for tasks, reports (core → pve).
+//! - [`http`]: the agent's HTTP surface: status API, metrics, status page.
+//! - [`migrate`]: `proxops migrate-config`: the Go ProxOps's configuration → agent.toml.
 //! - [`reconcile`]: one pass (validate → observe → plan → execute), shared by CLI and agent.
 //! - [`secrets`]: the cluster's SOPS document (age), decrypted in memory; ref checks.
-//! - [`output`]: the only place that prints (human text or JSON).
-//! - [`source`]: reading a revision's manifest files (a directory today, git later).
-//! - [`store`]: the agent's records in SQLite (passes, actions, drift, inventory).
+//! - [`output`]: the output sink (human text or JSON); commands return data.
+//! - [`source`]: reading a revision's manifest files (a directory, or the agent's git mirror).
+//! - the agent's records in SQLite (passes, actions, drift, inventory) are the crate
+//!   `proxops-store` (`crates/store`).
 //! - [`telemetry`]: logging set-up.
 //! - [`webhook`]: `/hooks/<forge>` receiver: checks HMAC signatures, then nudges the agent.
 

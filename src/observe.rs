@@ -1,6 +1,6 @@
 //! Observe: read what PVE has, with GET requests only, into `proxops_core::ObservedState`.
 //!
-//! This is the only place that maps PVE responses into core types. It never fails a pass:
+//! This is where a pass maps PVE responses into core types. It never fails a pass:
 //! a listing that cannot be read is recorded as `Listing::Failed` for that (node, storage,
 //! content type), so the planner skips just that and the next pass retries (fail closed).
 //!

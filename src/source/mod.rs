@@ -1,6 +1,6 @@
-//! Where a revision's manifest files come from. Today: a directory on disk (`validate`,
-//! `plan` on a checkout); the git source for the agent lands beside it.
-//! `git`: the agent's bare gix mirror, manifests read from the fetched commit's tree.
+//! Where a revision's manifest files come from:
+//! - [`directory`]: a checkout on disk (`validate`, `plan`, `apply`, `check`);
+//! - [`git`]: the agent's bare gix mirror, manifests read from the fetched commit's tree.
 
 pub mod directory;
 pub mod git;

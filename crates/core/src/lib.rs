@@ -1,4 +1,4 @@
-//! ProxOps pure core: manifests, validation, dependency levels (and later planning and drift).
+//! ProxOps pure core: manifests, validation, dependency levels, planning and drift.
 //!
 //! Pure: no tokio, no HTTP, no git, no filesystem, no logging. It takes file contents, not
 //! paths, and returns values; the `proxops` binary does all IO.
