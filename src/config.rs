@@ -31,6 +31,10 @@ pub const DEFAULT_MAX_PRUNE: u32 = 3;
 pub const DEFAULT_CONCURRENCY_PER_NODE: usize = 4;
 /// Default `[policy] task_timeout`.
 pub const DEFAULT_TASK_TIMEOUT: &str = "30m";
+/// `[policy] write_breaker_threshold` (the Go program's: 20 consecutive failed writes).
+pub const DEFAULT_WRITE_BREAKER_THRESHOLD: u32 = 20;
+/// `[policy] write_breaker_cool_down` (the Go program's: 10 minutes read-only before a probe).
+pub const DEFAULT_WRITE_BREAKER_COOL_DOWN: Duration = Duration::from_secs(600);
 
 /// The validated agent configuration.
 #[derive(Debug, Clone)]
@@ -497,12 +501,12 @@ impl AgentConfig {
         let write_breaker_cool_down = match &p.write_breaker_cool_down {
             Some(text) => humantime::parse_duration(text)
                 .map_err(|e| invalid("policy.write_breaker_cool_down", format!("`{text}`: {e}")))?,
-            None => crate::agent::breaker::DEFAULT_COOL_DOWN,
+            None => DEFAULT_WRITE_BREAKER_COOL_DOWN,
         };
         let policy = Policy {
             write_breaker_threshold: p
                 .write_breaker_threshold
-                .unwrap_or(crate::agent::breaker::DEFAULT_THRESHOLD),
+                .unwrap_or(DEFAULT_WRITE_BREAKER_THRESHOLD),
             write_breaker_cool_down,
             mode: p.mode.unwrap_or(Mode::Apply),
             prune: p.prune.unwrap_or(false),

@@ -43,4 +43,5 @@ pub mod source;
 pub mod store;
 pub mod telemetry;
 pub mod timefmt;
+pub mod validate;
 pub mod webhook;

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use proxops_core::plan::Plan;
 use proxops_core::plan::render::render_human;
 
-use crate::cli::validate::Report;
 use crate::execute::{ApplyReport, Event, Outcome};
 use crate::reconcile::{Pass, ReconcileError};
+use crate::validate::Report;
 
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {

@@ -14,10 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::store::BreakerMark;
 
-/// Go ProxOps: 20 consecutive write failures open the breaker.
-pub const DEFAULT_THRESHOLD: u32 = 20;
-/// Go ProxOps: 10 minutes read-only before a probe.
-pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(600);
+use crate::config::{DEFAULT_WRITE_BREAKER_COOL_DOWN, DEFAULT_WRITE_BREAKER_THRESHOLD};
 
 /// What a pass may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +47,10 @@ pub struct Breaker {
 
 impl Default for Breaker {
     fn default() -> Self {
-        Self::new(DEFAULT_THRESHOLD, DEFAULT_COOL_DOWN)
+        Self::new(
+            DEFAULT_WRITE_BREAKER_THRESHOLD,
+            DEFAULT_WRITE_BREAKER_COOL_DOWN,
+        )
     }
 }
 

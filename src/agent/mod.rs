@@ -228,13 +228,10 @@ pub async fn run(
         if shutdown.is_cancelled() {
             break;
         }
-        let delay = backoff
-            .after(verdict, rand::random::<f64>())
-            .unwrap_or_else(|| {
-                running
-                    .schedule
-                    .next_delay(chrono::Utc::now(), rand::random::<f64>())
-            });
+        let scheduled = running
+            .schedule
+            .next_delay(chrono::Utc::now(), rand::random::<f64>());
+        let delay = backoff.next_delay(verdict, rand::random::<f64>(), scheduled);
         let delay = until_probe(&kept.breaker).map_or(delay, |probe| delay.min(probe));
         trigger = tokio::select! {
             () = shutdown.cancelled() => break,

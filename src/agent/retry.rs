@@ -110,6 +110,13 @@ impl Backoff {
         }
     }
 
+    /// Records a verdict; returns the delay until the next pass, given the `scheduled` one:
+    /// a transient failure retries sooner, never later than the schedule would.
+    pub fn next_delay(&mut self, verdict: Verdict, jitter: f64, scheduled: Duration) -> Duration {
+        self.after(verdict, jitter)
+            .map_or(scheduled, |delay| delay.min(scheduled))
+    }
+
     /// Consecutive transient failures so far.
     pub fn failures(&self) -> u32 {
         self.failures
@@ -198,6 +205,22 @@ mod tests {
         assert_eq!(delays[1], MIN_BACKOFF * 2);
         assert_eq!(delays[2], MIN_BACKOFF * 4);
         assert_eq!(*delays.last().unwrap(), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn a_transient_failure_never_waits_longer_than_the_next_scheduled_pass() {
+        let mut backoff = Backoff::default();
+        let every_second = Duration::from_secs(1);
+        assert_eq!(
+            backoff.next_delay(Verdict::Transient, 0.0, every_second),
+            every_second
+        );
+        let hourly = Duration::from_secs(3600);
+        assert_eq!(
+            backoff.next_delay(Verdict::Transient, 0.0, hourly),
+            MIN_BACKOFF * 2
+        );
+        assert_eq!(backoff.next_delay(Verdict::Ok, 0.0, hourly), hourly);
     }
 
     #[test]
