@@ -16,7 +16,7 @@
 //! - [`secrets`]: the cluster's SOPS document (age), decrypted in memory; ref checks.
 //! - [`output`]: the only place that prints (human text or JSON).
 //! - [`source`]: reading a revision's manifest files (a directory today, git later).
-//! - [`store`]: the agent's records in SQLite (passes, actions, drift, inventory).
+//! - the store is the crate [`proxops_store`] (`crates/store`): the agent's records in SQLite.
 //! - [`telemetry`]: logging set-up.
 //! - [`webhook`]: `/hooks/<forge>` receiver: checks HMAC signatures, then nudges the agent.
 
@@ -34,6 +34,5 @@ pub mod output;
 pub mod reconcile;
 pub mod secrets;
 pub mod source;
-pub mod store;
 pub mod telemetry;
 pub mod webhook;

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::store::BreakerMark;
+use proxops_store::BreakerMark;
 
 /// Go ProxOps: 20 consecutive write failures open the breaker.
 pub const DEFAULT_THRESHOLD: u32 = 20;

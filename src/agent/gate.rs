@@ -13,7 +13,7 @@ use proxops_core::repository::DesiredState;
 use tokio_util::sync::CancellationToken;
 
 use crate::execute::{self, ActionResult, ApplyReport, Event, Outcome, Progress};
-use crate::store::BreakerMark;
+use proxops_store::BreakerMark;
 
 /// The breaker's answer when a pass is about to write.
 #[derive(Debug, Clone, Copy)]

@@ -11,6 +11,10 @@ use proxops_core::manifest::{Placement, Spec};
 use proxops_core::plan::{Action, FindingKind, NodeScope, Plan};
 use proxops_core::repository::DesiredState;
 use proxops_core::resource::ResourceId;
+use proxops_store::{
+    ActionId, ActionOutcome, PassCounts, PassId, PassOutcome, SharedStore, Store, StoreError,
+    Trigger,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::breaker::Breaker;
@@ -23,10 +27,6 @@ use crate::http::metrics::Metrics;
 use crate::observe::error_text;
 use crate::reconcile::{self, Context, PlanOptions, ReconcileError};
 use crate::source::git::{GitSource, Revision};
-use crate::store::{ActionId, ActionOutcome, PassCounts, PassId, PassOutcome, Store, Trigger};
-
-/// The store, shared between the loop (writes) and the HTTP API (reads).
-pub type SharedStore = Arc<Mutex<Store>>;
 
 /// Everything a pass needs.
 pub struct PassDeps {
@@ -84,7 +84,7 @@ fn with_store<T>(store: &SharedStore, f: impl FnOnce(&mut Store) -> T) -> T {
     f(&mut guard)
 }
 
-fn log_store_error<T>(result: Result<T, crate::store::StoreError>) -> Option<T> {
+fn log_store_error<T>(result: Result<T, StoreError>) -> Option<T> {
     match result {
         Ok(value) => Some(value),
         Err(error) => {
@@ -271,7 +271,7 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         // this pass say nothing about drift (recording them would resolve every open one).
         let reason = format!("listing the cluster's guests failed: {reason}");
         tracing::warn!(%reason, "pass aborted before any write");
-        let counts = PassCounts::from_report(&ApplyReport::default(), plan.findings.len());
+        let counts = ApplyReport::default().pass_counts(plan.findings.len());
         return fail_early(deps, pass, Some(commit), started, counts, reason);
     }
     record_findings(deps, &desired, &plan, &commit);
@@ -313,21 +313,15 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
     let (outcome, counts) = match &report {
         _ if cancel.is_cancelled() => (
             PassOutcome::Interrupted,
-            report.as_ref().map_or_else(PassCounts::default, |r| {
-                PassCounts::from_report(r, plan.findings.len())
-            }),
+            report
+                .as_ref()
+                .map_or_else(PassCounts::default, |r| r.pass_counts(plan.findings.len())),
         ),
-        Some(r) if r.is_success() => (
-            PassOutcome::Applied,
-            PassCounts::from_report(r, plan.findings.len()),
-        ),
-        Some(r) => (
-            PassOutcome::Failed,
-            PassCounts::from_report(r, plan.findings.len()),
-        ),
+        Some(r) if r.is_success() => (PassOutcome::Applied, r.pass_counts(plan.findings.len())),
+        Some(r) => (PassOutcome::Failed, r.pass_counts(plan.findings.len())),
         None => (
             PassOutcome::NoChange,
-            PassCounts::from_report(&ApplyReport::default(), plan.findings.len()),
+            ApplyReport::default().pass_counts(plan.findings.len()),
         ),
     };
     if let Some(reason) = &held_reason {
