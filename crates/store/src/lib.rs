@@ -9,12 +9,14 @@
 //!
 //! The agent shares one store between its loop and its HTTP API as a [`SharedStore`] (a std
 //! mutex). The loop's writes run on the runtime's threads, not in `spawn_blocking`, including
-//! from the executor's progress callback: each is one short transaction (WAL journal,
-//! `synchronous=NORMAL`, so a commit does not wait for an fsync), a few milliseconds of SQLite
-//! for each of the three or so writes an action makes, against actions that wait seconds to
-//! minutes for PVE tasks. Blocking a runtime thread that briefly is cheaper than a writer task
-//! and keeps each write ordered with the event that caused it; the lock is never held across
-//! an `.await`. The HTTP reads, which can scan history, take the lock in `spawn_blocking`.
+//! from the executor's progress callback. That blocks a runtime thread briefly: an action makes
+//! about three writes (started, task started, result), each one short transaction in WAL mode
+//! with `synchronous=NORMAL` (a commit does not wait for an fsync), measured at tens of
+//! microseconds and up to a few milliseconds when a commit runs a WAL checkpoint, against
+//! actions that wait seconds to minutes for PVE tasks. That is simpler than a writer task and
+//! keeps each write in order with the event that caused it. The lock is never held across an
+//! `.await`. The HTTP reads take the lock in `spawn_blocking`; a write may wait for one of
+//! them to finish.
 //!
 //! Secrets never reach the database. The store only accepts core types (`Action`, `Finding`,
 //! `Diagnostic`), names, commits and PVE's words (UPIDs, exit statuses, error text), none of
