@@ -30,9 +30,9 @@ use proxops::execute::{self, Progress};
 use proxops::http::metrics::Metrics;
 use proxops::reconcile::{self, Context, Mode, NoHooks, PlanOptions};
 use proxops::source::git::GitSource;
-use proxops::store::{Store, Trigger};
 use proxops_pve::{ClientConfig, PveClient, RetryPolicy, Timeouts, Trust, WaitOptions};
 use proxops_pve_sim::{RunningSim, Seed, SimConfig};
+use proxops_store::{Store, Trigger};
 use tokio_util::sync::CancellationToken;
 
 const NODES: usize = 10;

@@ -22,7 +22,7 @@
 //! - [`output`]: the output sink (human text or JSON); commands return data.
 //! - [`source`]: reading a revision's manifest files (a directory, or the agent's git mirror).
 //! - the agent's records in SQLite (passes, actions, drift, inventory) are the crate
-//!   `proxops-store` (`crates/store`).
+//!   [`proxops_store`] (`crates/store`).
 //! - [`telemetry`]: logging set-up.
 //! - [`webhook`]: `/hooks/<forge>` receiver: checks HMAC signatures, then nudges the agent.
 
@@ -40,7 +40,6 @@ pub mod output;
 pub mod reconcile;
 pub mod secrets;
 pub mod source;
-pub mod store;
 pub mod telemetry;
 pub mod timefmt;
 pub mod validate;

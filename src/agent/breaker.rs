@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::store::BreakerMark;
+use proxops_store::BreakerMark;
 
 use crate::config::{DEFAULT_WRITE_BREAKER_COOL_DOWN, DEFAULT_WRITE_BREAKER_THRESHOLD};
 

@@ -11,8 +11,8 @@ use proxops_core::plan::{Action, Plan};
 
 use crate::agent::breaker::{Breaker, Permit};
 use crate::execute::LevelGate;
-use crate::store::BreakerMark;
 use crate::timefmt::rfc3339;
+use proxops_store::BreakerMark;
 
 /// Why actions are reported skipped when the breaker holds them back.
 pub const HELD_BACK: &str = "the write circuit breaker is not closed";

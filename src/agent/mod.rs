@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use proxops_pve::{PveClient, Upid, wait_for_task};
+use proxops_store::{ActionOutcome, SharedStore, Store, Trigger};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -38,9 +39,8 @@ use crate::http::{self, HttpState};
 use crate::observe::error_text;
 use crate::reconcile::{Context, PlanOptions};
 use crate::source::git::GitSource;
-use crate::store::{ActionOutcome, Store, Trigger};
 use crate::webhook::{Nudge, WebhookState};
-use pass::{PassDeps, SharedStore};
+use pass::PassDeps;
 use retry::Backoff;
 use schedule::Schedule;
 
@@ -58,7 +58,7 @@ pub enum AgentError {
     Source(#[source] crate::source::git::SourceError),
     /// The state database could not be opened.
     #[error("opening the state database")]
-    Store(#[source] crate::store::StoreError),
+    Store(#[source] proxops_store::StoreError),
     /// The PVE client could not be built.
     #[error("setting up the PVE client for {0}")]
     Pve(String, #[source] proxops_pve::PveError),

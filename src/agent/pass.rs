@@ -14,6 +14,10 @@ use proxops_core::manifest::{Placement, Spec};
 use proxops_core::plan::{Action, FindingKind, NodeScope, Plan};
 use proxops_core::repository::DesiredState;
 use proxops_core::resource::ResourceId;
+use proxops_store::{
+    ActionId, ActionOutcome, PassCounts, PassId, PassOutcome, SharedStore, Store, StoreError,
+    Trigger,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::breaker::{Breaker, Permit};
@@ -25,11 +29,7 @@ use crate::http::metrics::Metrics;
 use crate::observe::error_text;
 use crate::reconcile::{self, Approval, Context, Hooks, Mode, PlanOptions, ReconcileError};
 use crate::source::git::{GitSource, Revision};
-use crate::store::{ActionId, ActionOutcome, PassCounts, PassId, PassOutcome, Store, Trigger};
 use crate::timefmt::rfc3339;
-
-/// The store, shared between the loop (writes) and the HTTP API (reads).
-pub type SharedStore = Arc<Mutex<Store>>;
 
 /// Everything a pass needs.
 pub struct PassDeps {
@@ -85,7 +85,7 @@ fn with_store<T>(store: &SharedStore, f: impl FnOnce(&mut Store) -> T) -> T {
     f(&mut guard)
 }
 
-fn log_store_error<T>(result: Result<T, crate::store::StoreError>) -> Option<T> {
+fn log_store_error<T>(result: Result<T, StoreError>) -> Option<T> {
     match result {
         Ok(value) => Some(value),
         Err(error) => {
@@ -334,7 +334,7 @@ async fn reconcile(
         // this pass say nothing about drift (recording them would resolve every open one).
         let reason = format!("listing the cluster's guests failed: {reason}");
         tracing::warn!(%reason, "pass aborted before any write");
-        let counts = PassCounts::from_report(&ApplyReport::default(), findings);
+        let counts = ApplyReport::default().pass_counts(findings);
         return Ended::failed(PassEnd::ObserveAborted, Some(commit), counts, reason);
     }
     deps.publish_breaker();
@@ -345,7 +345,11 @@ async fn reconcile(
         Some(_) => PassOutcome::Failed,
         None => PassOutcome::NoChange,
     };
-    let counts = PassCounts::from_report(report.unwrap_or(&ApplyReport::default()), findings);
+    let counts = match report {
+        Some(r) => r.pass_counts(findings),
+        None if outcome == PassOutcome::Interrupted => PassCounts::default(),
+        None => ApplyReport::default().pass_counts(findings),
+    };
     let tripped = report.and_then(|r| r.held_back.as_ref());
     let held_reason = match tripped {
         Some(held) => Some(format!(

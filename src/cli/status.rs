@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use proxops_store::{Store, StoreError};
 use serde::de::DeserializeOwned;
 
 use crate::agent::{database_path, node_label};
@@ -14,7 +15,6 @@ use crate::cli::pass::DEFAULT_CONFIG;
 use crate::config::AgentConfig;
 use crate::http::{StatusJson, status_from_store};
 use crate::output;
-use crate::store::{Store, StoreError};
 
 /// Arguments of `proxops status`.
 #[derive(Debug, clap::Args)]

@@ -30,6 +30,7 @@ use hmac::{KeyInit, Mac};
 use proxops_pve::request::{self, ConfigUpdate, Params};
 use proxops_pve::{PveClient, Upid, WaitOptions, wait_for_task};
 use proxops_pve_sim::{RunningSim, Seed, SimConfig};
+use proxops_store::{ActionRecord, PassId, PassSummary, Store};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -40,7 +41,6 @@ use crate::http::{PassJson, StatusJson};
 use crate::output;
 use crate::reconcile::{self, Context, Mode, NoHooks, Pass, PlanOptions};
 use crate::source::directory::read_manifest_files;
-use crate::store::{ActionRecord, PassId, PassSummary, Store};
 
 /// How long every simulated PVE task runs.
 pub const TASK_DURATION: Duration = Duration::from_millis(300);

@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use proxops_store::{ActionId, ActionOutcome, ActionRecord, PassSummary};
+
 use crate::http::{PassJson, StatusJson};
-use crate::store::{ActionId, ActionOutcome, ActionRecord, PassSummary};
 
 /// A step heading: `== [i/n] title`.
 pub(crate) fn step(i: usize, n: usize, title: &str) {

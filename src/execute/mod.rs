@@ -388,3 +388,69 @@ fn skipped(action: &Action, reason: String, progress: &Progress) -> ActionResult
     });
     result
 }
+
+// The store's row types know nothing of the executor; these conversions live with the types
+// they convert from.
+
+impl From<&Outcome> for proxops_store::ActionOutcome {
+    fn from(outcome: &Outcome) -> Self {
+        match outcome {
+            Outcome::Succeeded { exitstatus, .. } => Self::Succeeded {
+                exitstatus: exitstatus.clone(),
+            },
+            Outcome::Failed { error, .. } => Self::Failed {
+                error: error.clone(),
+            },
+            Outcome::Skipped { reason } => Self::Skipped {
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+impl ApplyReport {
+    /// The counts to record for this report's pass, with the plan's number of findings.
+    pub fn pass_counts(&self, findings: usize) -> proxops_store::PassCounts {
+        let (ok, failed, skipped) = self.counts();
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        proxops_store::PassCounts {
+            actions_ok: clamp(ok),
+            actions_failed: clamp(failed),
+            actions_skipped: clamp(skipped),
+            findings: clamp(findings),
+        }
+    }
+}
+
+#[cfg(test)]
+mod store_conversion_tests {
+    use proxops_store::{ActionOutcome, PassCounts};
+
+    use super::*;
+
+    #[test]
+    fn executor_outcomes_convert_to_recorded_outcomes() {
+        let outcome = Outcome::Succeeded {
+            upid: None,
+            exitstatus: "WARNINGS: 1".to_owned(),
+        };
+        assert_eq!(
+            ActionOutcome::from(&outcome),
+            ActionOutcome::Succeeded {
+                exitstatus: "WARNINGS: 1".to_owned()
+            }
+        );
+    }
+
+    #[test]
+    fn an_empty_report_counts_only_the_findings() {
+        let counts = ApplyReport::default().pass_counts(3);
+        assert_eq!(
+            counts,
+            PassCounts {
+                findings: 3,
+                ..PassCounts::default()
+            }
+        );
+    }
+}

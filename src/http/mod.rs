@@ -15,12 +15,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use proxops_pve::PveClient;
+use proxops_store::{DriftRecord, PassSummary, SharedStore};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::agent::pass::SharedStore;
 use crate::agent::status::{BreakerView, LiveStatus};
-use crate::store::{DriftRecord, PassSummary};
 use crate::timefmt::rfc3339;
 use crate::webhook::{WebhookMetrics, WebhookState};
 use metrics::{Metrics, Scraped};
@@ -216,7 +215,7 @@ pub struct DriftListJson {
 
 async fn read_store<T: Send + 'static>(
     store: &SharedStore,
-    f: impl FnOnce(&crate::store::Store) -> Result<T, crate::store::StoreError> + Send + 'static,
+    f: impl FnOnce(&proxops_store::Store) -> Result<T, proxops_store::StoreError> + Send + 'static,
 ) -> Result<T, Response> {
     let store = store.clone();
     let joined = tokio::task::spawn_blocking(move || {
@@ -242,9 +241,9 @@ async fn read_store<T: Send + 'static>(
 
 /// Status from the store (shared with `proxops status` when no agent answers).
 pub fn status_from_store(
-    store: &crate::store::Store,
+    store: &proxops_store::Store,
     node: &str,
-) -> Result<StatusJson, crate::store::StoreError> {
+) -> Result<StatusJson, proxops_store::StoreError> {
     let last_attempted = store.last_attempted(node)?;
     // Without a running agent, the last pass's notes are the best account of staleness and
     // of the breaker (its cool-down is not persisted: a restarted agent starts closed).
@@ -254,7 +253,7 @@ pub fn status_from_store(
         .and_then(|n| n.write_breaker)
         .map(|mark| BreakerView {
             state: mark.as_str().to_owned(),
-            read_only: mark != crate::store::BreakerMark::Closed,
+            read_only: mark != proxops_store::BreakerMark::Closed,
             consecutive_failures: 0,
             open_until: None,
         });
@@ -274,8 +273,8 @@ pub fn status_from_store(
 
 /// Drift from the store (shared with `proxops drift` when no agent answers).
 pub fn drift_from_store(
-    store: &crate::store::Store,
-) -> Result<DriftListJson, crate::store::StoreError> {
+    store: &proxops_store::Store,
+) -> Result<DriftListJson, proxops_store::StoreError> {
     Ok(DriftListJson {
         open: store
             .open_findings(None)?
@@ -435,8 +434,9 @@ fn now_secs() -> u64 {
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
+    use proxops_store::{BreakerMark, PassCounts, PassOutcome, Store, Trigger};
+
     use super::*;
-    use crate::store::{BreakerMark, PassCounts, PassOutcome, Store, Trigger};
 
     fn at(seconds: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)

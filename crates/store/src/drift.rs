@@ -326,10 +326,10 @@ pub(super) mod tests {
     use proxops_core::resource::Kind;
 
     use super::*;
-    use crate::store::actions::tests::at;
+    use crate::actions::tests::at;
 
     /// A finding as the planner makes them.
-    pub(in crate::store) fn finding(name: &str, node: &str, kind: FindingKind) -> Finding {
+    pub(crate) fn finding(name: &str, node: &str, kind: FindingKind) -> Finding {
         Finding {
             resource: ResourceId::new(Kind::Iso, name),
             node: node.to_owned(),

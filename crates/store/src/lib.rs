@@ -1,10 +1,22 @@
 //! The agent's records in SQLite: passes, the actions they ran (with the UPIDs of their PVE
 //! tasks), drift findings, and the inventory of guests ProxOps owns, all per node.
 //!
-//! The API is synchronous (the agent calls it from `spawn_blocking`); a [`Store`] owns one
-//! `rusqlite::Connection`. The store decides nothing: it records what the caller did and
-//! answers questions about it ("what did pve1 last apply?", "which tasks were running when the
-//! agent died?"). Time is always passed in by the caller, so tests control it.
+//! The API is synchronous; a [`Store`] owns one `rusqlite::Connection`. The store decides
+//! nothing: it records what the caller did and answers questions about it ("what did pve1
+//! last apply?", "which tasks were running when the agent died?"). Time is always passed in by
+//! the caller, so tests control it; it is stored as milliseconds since the epoch and returned
+//! as `SystemTime` (formatting it for people is the caller's business).
+//!
+//! The agent shares one store between its loop and its HTTP API as a [`SharedStore`] (a std
+//! mutex). The loop's writes run on the runtime's threads, not in `spawn_blocking`, including
+//! from the executor's progress callback. That blocks a runtime thread briefly: an action makes
+//! about three writes (started, task started, result), each one short transaction in WAL mode
+//! with `synchronous=NORMAL` (a commit does not wait for an fsync), measured at tens of
+//! microseconds and up to a few milliseconds when a commit runs a WAL checkpoint, against
+//! actions that wait seconds to minutes for PVE tasks. That is simpler than a writer task and
+//! keeps each write in order with the event that caused it. The lock is never held across an
+//! `.await`. The HTTP reads take the lock in `spawn_blocking`; a write may wait for one of
+//! them to finish.
 //!
 //! Secrets never reach the database. The store only accepts core types (`Action`, `Finding`,
 //! `Diagnostic`), names, commits and PVE's words (UPIDs, exit statuses, error text), none of
@@ -12,12 +24,19 @@
 //! through [`redact`] so a URL with a password in it (`https://user:pw@host/…`) is stored as
 //! `https://user:***@host/…`. There is deliberately no API that takes a `SecretString`.
 //!
-//! Layout: [`migrations`] (versioned schema), [`passes`], [`actions`], [`drift`],
-//! [`inventory`].
+//! Layout: [`migrations`] (versioned schema), [`passes`] (one row per pass, its counts and
+//! diagnostics), [`pass_notes`] (what a pass noted: git errors, breaker marks), [`actions`]
+//! (with the UPIDs of their PVE tasks, stored as text), [`drift`], [`inventory`].
+//!
+//! Boundary: this crate knows SQLite and `proxops-core`'s types, nothing of the executor, the
+//! agent or PVE's client; the `proxops` package converts its executor's results into the row
+//! types here ([`ActionOutcome`], [`PassCounts`]).
 //!
 //! Node convention: records carry the node they concern. A cluster-wide agent (`node = "*"`)
 //! records its passes under the node `"*"`; queries for one node also see those passes, and
 //! `"*"` as a node filter means every node.
+
+#![warn(missing_docs)]
 
 pub mod actions;
 pub mod drift;
@@ -27,6 +46,7 @@ pub mod pass_notes;
 pub mod passes;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags};
@@ -36,6 +56,9 @@ pub use drift::{DriftRecord, DriftUpdate, Resolution};
 pub use inventory::OwnedGuest;
 pub use pass_notes::{BreakerMark, PassNotes};
 pub use passes::{PassCounts, PassId, PassOutcome, PassSummary, Trigger};
+
+/// The store, shared between the agent's loop (writes) and its HTTP API (reads).
+pub type SharedStore = Arc<Mutex<Store>>;
 
 /// The node name a cluster-wide agent records its passes under.
 pub const ALL_NODES: &str = "*";

@@ -169,7 +169,7 @@ mod tests {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use super::*;
-    use crate::store::{PassCounts, PassOutcome, StoreError, Trigger};
+    use crate::{PassCounts, PassOutcome, StoreError, Trigger};
 
     fn at(seconds: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)

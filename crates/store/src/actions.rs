@@ -14,7 +14,6 @@ use proxops_core::resource::ResourceId;
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::{ALL_NODES, PassId, Result, Store, from_millis, redact, to_millis};
-use crate::execute::Outcome;
 
 /// The id of a recorded action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -53,22 +52,6 @@ impl ActionOutcome {
             ActionOutcome::Succeeded { .. } => "succeeded",
             ActionOutcome::Failed { .. } => "failed",
             ActionOutcome::Skipped { .. } => "skipped",
-        }
-    }
-}
-
-impl From<&Outcome> for ActionOutcome {
-    fn from(outcome: &Outcome) -> Self {
-        match outcome {
-            Outcome::Succeeded { exitstatus, .. } => ActionOutcome::Succeeded {
-                exitstatus: exitstatus.clone(),
-            },
-            Outcome::Failed { error, .. } => ActionOutcome::Failed {
-                error: error.clone(),
-            },
-            Outcome::Skipped { reason } => ActionOutcome::Skipped {
-                reason: reason.clone(),
-            },
         }
     }
 }
@@ -421,14 +404,14 @@ pub(super) mod tests {
     use proxops_core::resource::Kind;
 
     use super::*;
-    use crate::store::{PassCounts, PassOutcome, StoreError, Trigger};
+    use crate::{PassCounts, PassOutcome, StoreError, Trigger};
 
-    pub(in crate::store) fn at(seconds: u64) -> SystemTime {
+    pub(crate) fn at(seconds: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)
     }
 
     /// A download action, as the planner makes them.
-    pub(in crate::store) fn download(name: &str, node: &str, url: &str) -> Action {
+    pub(crate) fn download(name: &str, node: &str, url: &str) -> Action {
         let filename = format!("{name}.iso");
         Action {
             resource: ResourceId::new(Kind::Iso, name),
@@ -639,19 +622,5 @@ pub(super) mod tests {
             .record_task_started(ActionId(7), "UPID:x", at(0))
             .unwrap_err();
         assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
-    }
-
-    #[test]
-    fn executor_outcomes_convert_to_recorded_outcomes() {
-        let outcome = Outcome::Succeeded {
-            upid: None,
-            exitstatus: "WARNINGS: 1".to_owned(),
-        };
-        assert_eq!(
-            ActionOutcome::from(&outcome),
-            ActionOutcome::Succeeded {
-                exitstatus: "WARNINGS: 1".to_owned()
-            }
-        );
     }
 }

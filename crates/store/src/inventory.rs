@@ -199,7 +199,7 @@ mod tests {
         use proxops_core::guest::GuestType;
         use proxops_core::plan::{Action, CloneFrom, Create, Verb};
 
-        use crate::store::{ActionOutcome, Trigger};
+        use crate::{ActionOutcome, Trigger};
 
         let at = |s: u64| UNIX_EPOCH + Duration::from_secs(1_764_400_000 + s);
         let mut store = Store::memory().unwrap();

@@ -155,7 +155,7 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path, scripts: &[&str]) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::Store;
 
     const V2_TEST: &str = "ALTER TABLE inventory ADD COLUMN note TEXT NOT NULL DEFAULT 'old';";
 
@@ -201,7 +201,7 @@ mod tests {
                 .begin_pass(
                     "pve1",
                     Some("aaa"),
-                    crate::store::Trigger::Poll,
+                    crate::Trigger::Poll,
                     std::time::SystemTime::now(),
                 )
                 .unwrap()
@@ -209,7 +209,7 @@ mod tests {
         let mut store = Store::open(&path).unwrap();
         assert_eq!(store.schema_version().unwrap(), 2);
         let old = store.pass(id).unwrap().unwrap();
-        assert_eq!(old.notes, crate::store::PassNotes::default());
+        assert_eq!(old.notes, crate::PassNotes::default());
         store
             .note_source(id, Some("000"), true, None, false)
             .unwrap();

@@ -15,7 +15,6 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use super::pass_notes::{BreakerMark, PassNotes, raw_notes};
 use super::{ALL_NODES, Result, Store, from_millis, redact, to_millis};
-use crate::execute::ApplyReport;
 
 /// The id of a recorded pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -141,20 +140,6 @@ pub struct PassCounts {
     pub actions_skipped: u32,
     /// Findings reported.
     pub findings: u32,
-}
-
-impl PassCounts {
-    /// The counts of an executor report plus the plan's number of findings.
-    pub fn from_report(report: &ApplyReport, findings: usize) -> Self {
-        let (ok, failed, skipped) = report.counts();
-        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        Self {
-            actions_ok: clamp(ok),
-            actions_failed: clamp(failed),
-            actions_skipped: clamp(skipped),
-            findings: clamp(findings),
-        }
-    }
 }
 
 /// One recorded pass.
@@ -500,7 +485,7 @@ mod tests {
     use proxops_core::diagnostic::Diagnostic;
 
     use super::*;
-    use crate::store::StoreError;
+    use crate::StoreError;
 
     fn at(seconds: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)
