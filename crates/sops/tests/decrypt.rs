@@ -2,7 +2,10 @@
 //! PROVENANCE.md): every documented plaintext, every value type, the encryption selectors, and
 //! each way a file is refused (tampered value, tampered MAC, wrong identity, unencrypted).
 
-#![allow(clippy::unwrap_used, reason = "test helpers: a panic is the failure report")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a panic is the failure report"
+)]
 
 use std::path::{Path, PathBuf};
 
