@@ -479,7 +479,7 @@ impl AgentConfig {
             age_key_file: raw_secrets
                 .age_key_file
                 .map(|f| resolve(&f))
-                .or_else(|| crate::secrets::sops::identity_file(None)),
+                .or_else(|| proxops_sops::identity_file(None)),
             file: raw_secrets.file.map(|f| base.join(f)),
         };
 

@@ -2,8 +2,33 @@
 //! order built, 2-space indent, short scalar lists in flow style, and every string that a
 //! YAML 1.1 or 1.2 reader could take for something else (a number, a boolean, null, an
 //! indicator) double-quoted. Written by hand rather than through a serializer so that key
-//! order is the manifest's reading order, not alphabetical, and so the bytes never depend on
-//! a library's formatting choices.
+//! order is the manifest's reading order and the bytes never depend on a library's formatting
+//! choices.
+//!
+//! # Why not serde-saphyr's serializer
+//!
+//! serde-saphyr 2.2 (already our YAML reader) can serialize with key order kept, flow lists
+//! (`FlowSeq`) and YAML 1.1-aware quoting, and its output is as safe for YAML 1.1 readers as
+//! this writer's. It is not byte-identical, so adopt keeps this writer. Compared on a full VM
+//! manifest (scratch crate, 2026-12, serde-saphyr 2.2.0 with `serialize`), with
+//! `compact_list_indent: false` and `prefer_block_scalars: false` (its defaults write
+//! `disks:\n- storage:` without indenting list items, and multi-line strings as `|-` blocks),
+//! the two outputs still differ in quoting, because serde-saphyr quotes only what a reader
+//! would misread and this writer quotes everything outside `[A-Za-z0-9-_./@+]` or starting
+//! with a digit (quantities such as `32GiB` aside):
+//!
+//! - `mac: BC:24:11:00:00:01`, `startup: order=1,up=30`, `ipconfig0: ip=10.0.0.5/24,gw=...`
+//!   and `web server` are plain there, double-quoted here;
+//! - control characters use YAML's short escapes there (`"bell\a"`), `\uXXXX` here;
+//! - flow vs block for a list is chosen per type there (`FlowSeq`), by rendered width
+//!   (`FLOW_WIDTH`) here, which a derived `Serialize` would need a hand-written wrapper for;
+//! - header comments (`# adopted from ...`) are not part of serde's data model either way.
+//!
+//! Both forms read back to the same strings; the test
+//! `serde_saphyr_would_write_these_plain_or_with_other_escapes` pins the differences. The
+//! `serialize` feature is not enabled even for tests: as a dev-dependency feature it would
+//! split serde-saphyr, and with it `proxops-core`, `proxops-sops` and this crate, into two
+//! builds (tests with it, `cargo build` and `cargo doc` without).
 
 /// A YAML value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,6 +338,43 @@ mod tests {
             document(&["adopted".to_owned()], &root),
             "# adopted\nspec:\n  vmid: 100\n  tags: [a, b]\n  disks:\n    - storage: local-lvm\n      size: 32GiB\n  options: {}\n"
         );
+    }
+
+    /// (input, this writer's line, serde-saphyr 2.2's line with `prefer_block_scalars: false`):
+    /// the documented comparison of the module doc. Both lines read back to the input.
+    const SAPHYR_DIFFERENCES: [(&str, &str, &str); 5] = [
+        (
+            "BC:24:11:00:00:01",
+            "k: \"BC:24:11:00:00:01\"\n",
+            "k: BC:24:11:00:00:01\n",
+        ),
+        (
+            "ip=10.0.0.5/24,gw=10.0.0.1",
+            "k: \"ip=10.0.0.5/24,gw=10.0.0.1\"\n",
+            "k: ip=10.0.0.5/24,gw=10.0.0.1\n",
+        ),
+        (
+            "order=1,up=30",
+            "k: \"order=1,up=30\"\n",
+            "k: order=1,up=30\n",
+        ),
+        ("web server", "k: \"web server\"\n", "k: web server\n"),
+        ("bell\u{7}", "k: \"bell\\u0007\"\n", "k: \"bell\\a\"\n"),
+    ];
+
+    #[test]
+    fn serde_saphyr_would_write_these_plain_or_with_other_escapes() {
+        for (text, ours, saphyr) in SAPHYR_DIFFERENCES {
+            let mut root = Map::new();
+            root.set("k", text);
+            assert_eq!(document(&[], &root), ours, "{text:?}");
+            assert_ne!(ours, saphyr);
+            for written in [ours, saphyr] {
+                let back: std::collections::BTreeMap<String, String> =
+                    serde_saphyr::from_str(written).unwrap();
+                assert_eq!(back["k"], text, "{written:?}");
+            }
+        }
     }
 
     #[test]

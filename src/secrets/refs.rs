@@ -15,8 +15,10 @@ use proxops_core::manifest::Spec;
 use proxops_core::repository::Loaded;
 use proxops_core::resource::ResourceId;
 
-use super::sops::{KeyNames, RefStatus, SopsError, key_names};
-use super::tree::{self, Node, Value};
+use proxops_sops::SopsError;
+use proxops_sops::tree::{self, Node, Value};
+
+use super::sops::{KeyNames, RefStatus, key_names};
 
 /// The default SOPS document inside `clusters/<cluster>/`.
 pub const DEFAULT_SECRETS_FILE: &str = "secrets.sops.yaml";

@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use proxops_core::manifest::CloudInitData;
 use proxops_core::repository::DesiredState;
 use proxops_core::secret::{ResolvedCloudInit, Sealed};
+use proxops_sops::{SopsDocument, SopsError};
 use secrecy::{ExposeSecret, SecretString};
 
 use super::refs::cluster_secrets_file;
-use super::sops::{self, SopsDocument, SopsError};
+use super::sops;
 use crate::config::SecretsConfig;
 
 /// A VM's cloud-init values that came from references.
@@ -158,7 +159,7 @@ fn open_revision_document(
         }
         (None, None) => return Err(ResolveError::NoDocument),
     };
-    let identity = sops::load_identity(config.age_key_file.as_deref(), &path)
+    let identity = proxops_sops::load_identity(config.age_key_file.as_deref(), &path)
         .map_err(ResolveError::Document)?;
     SopsDocument::decrypt(&path, &text, &identity).map_err(ResolveError::Document)
 }
@@ -186,7 +187,7 @@ pub fn open_cluster_document(
     config: &SecretsConfig,
 ) -> Result<SopsDocument, SopsError> {
     let path = cluster_document_path(repo_root, cluster, config);
-    let identity = sops::load_identity(config.age_key_file.as_deref(), &path)?;
+    let identity = proxops_sops::load_identity(config.age_key_file.as_deref(), &path)?;
     SopsDocument::load(&path, &identity)
 }
 
@@ -208,13 +209,13 @@ pub fn resolve_cloud_init(
     };
     let mut secrets = CloudInitSecrets::default();
     for (i, reference) in data.ssh_key_refs.iter().enumerate() {
-        let key = document.resolve(reference).ok_or_else(|| {
+        let key = sops::resolve(document, reference).ok_or_else(|| {
             unresolved(format!("spec.cloud-init-data.ssh-key-refs[{i}]"), reference)
         })?;
         secrets.ssh_keys.push(key.clone());
     }
     if let Some(reference) = &data.ci_password_ref {
-        let password = document.resolve(reference).ok_or_else(|| {
+        let password = sops::resolve(document, reference).ok_or_else(|| {
             unresolved("spec.cloud-init-data.ci-password-ref".to_owned(), reference)
         })?;
         secrets.password = Some(password.clone());

@@ -5,6 +5,8 @@
 //!
 //! Syntax only: which keys a value may hold is the renderer's and comparer's business.
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+
 /// One property string, its parts in the order written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PropertyString {
@@ -72,45 +74,25 @@ impl PropertyString {
     }
 }
 
+/// What [`percent_encode`] escapes: every byte outside RFC 3986's unreserved set
+/// (`A-Za-z0-9-._~`).
+const SSHKEYS_ESCAPED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes every byte outside RFC 3986's unreserved set (`A-Za-z0-9-._~`) as
 /// uppercase `%XX`, as PVE's `sshkeys` requires (spaces `%20`, newlines `%0A`).
 pub fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3);
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(text, SSHKEYS_ESCAPED).to_string()
 }
 
 /// Decodes `%XX` sequences (either case); anything else, `+` included, stays as written,
-/// since PVE's decoder does not read `+` as a space.
+/// since PVE's decoder does not read `+` as a space. A `%` not followed by two hex digits
+/// (`%zz`, `%+1`) stays too; bytes that are not UTF-8 become U+FFFD.
 pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        // Two hex digits exactly: `from_str_radix` alone would also take a sign (`%+1`).
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_decode_str(text).decode_utf8_lossy().into_owned()
 }
 
 /// Reads a size as PVE reports it on volumes (`32G`, `512M`, `4K`, `1T`, bare bytes); the
@@ -196,6 +178,7 @@ mod tests {
         );
         assert_eq!(percent_decode(&encoded), key);
         assert_eq!(percent_decode("a%2bb+c%zz"), "a+b+c%zz");
+        // A sign is not a hex digit (7402441: the hand-written decoder once read `%+1` as 0x01).
         assert_eq!(percent_decode("%+1%-f"), "%+1%-f");
     }
 

@@ -7,6 +7,10 @@
 //! `true` is the boolean `True` or the string `true` changes the MAC. JSON is read the same way
 //! (it is YAML flow syntax). Aliases are refused and the tree is bounded in size and depth, so
 //! a hostile file cannot blow up the agent. Nothing here decrypts or reads files.
+//!
+//! `proxops-core` has a located tree of its own for manifests (`manifest/yaml.rs`); this one
+//! exists because SOPS needs what that one drops: each scalar's raw text and quoting, and every
+//! key and sequence item's enclosing path, which places encrypted comments.
 
 use serde_saphyr::granit_parser::{self, Event, Marker, Parser, ScalarStyle, ScanError};
 
@@ -17,18 +21,18 @@ const MAX_DEPTH: usize = 64;
 
 /// One YAML node and where it starts (1-based line and column).
 #[derive(Clone, PartialEq)]
-pub(crate) struct Node {
+pub struct Node {
     /// 1-based line.
-    pub(crate) line: usize,
+    pub line: usize,
     /// 1-based column.
-    pub(crate) column: usize,
+    pub column: usize,
     /// The node itself.
-    pub(crate) value: Value,
+    pub value: Value,
 }
 
 /// The content of a node. Deliberately without `Debug`: scalars may be secrets.
 #[derive(Clone, PartialEq)]
-pub(crate) enum Value {
+pub enum Value {
     /// `~`, `null`, or nothing at all.
     Null,
     /// Any other scalar, as written (after YAML escapes).
@@ -46,18 +50,18 @@ pub(crate) enum Value {
 
 /// A mapping key and where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Key {
+pub struct Key {
     /// The key's text.
-    pub(crate) text: String,
+    pub text: String,
     /// 1-based line.
-    pub(crate) line: usize,
+    pub line: usize,
     /// 1-based column.
-    pub(crate) column: usize,
+    pub column: usize,
 }
 
 impl Node {
     /// The value under `key` when this is a mapping.
-    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
+    pub fn get(&self, key: &str) -> Option<&Node> {
         match &self.value {
             Value::Map(entries) => entries.iter().find(|(k, _)| k.text == key).map(|(_, v)| v),
             _ => None,
@@ -65,7 +69,7 @@ impl Node {
     }
 
     /// The text of a scalar.
-    pub(crate) fn as_str(&self) -> Option<&str> {
+    pub fn as_str(&self) -> Option<&str> {
         match &self.value {
             Value::Scalar { text, .. } => Some(text),
             _ => None,
@@ -73,7 +77,7 @@ impl Node {
     }
 
     /// The entries of a mapping (empty for anything else).
-    pub(crate) fn entries(&self) -> &[(Key, Node)] {
+    pub fn entries(&self) -> &[(Key, Node)] {
         match &self.value {
             Value::Map(entries) => entries,
             _ => &[],
@@ -82,38 +86,38 @@ impl Node {
 }
 
 /// The documents of a file and the line ranges its multi-line scalars cover.
-pub(crate) struct Parsed {
+pub struct Parsed {
     /// Every non-empty document, in order.
-    pub(crate) documents: Vec<Node>,
+    pub documents: Vec<Node>,
     /// Every mapping key and sequence item with the path of keys that encloses it: where
-    /// comment lines are placed (see `sops::comments`).
-    pub(crate) anchors: Vec<Anchor>,
+    /// comment lines are placed (see [`SopsDocument::comments`](crate::SopsDocument::comments)).
+    pub anchors: Vec<Anchor>,
     /// `(first, last)` lines of scalars that span several lines; `#` lines inside are text.
-    pub(crate) multiline: Vec<(usize, usize)>,
+    pub multiline: Vec<(usize, usize)>,
 }
 
 /// A mapping key or sequence start, with the keys of the mapping or sequence it belongs to.
 #[derive(Debug, Clone)]
-pub(crate) struct Anchor {
+pub struct Anchor {
     /// 1-based line.
-    pub(crate) line: usize,
+    pub line: usize,
     /// 1-based column.
-    pub(crate) column: usize,
+    pub column: usize,
     /// The keys from the document root to the enclosing collection.
-    pub(crate) parent: Vec<String>,
+    pub parent: Vec<String>,
     /// The keys to the node itself (the key's own path; for a sequence, its path).
-    pub(crate) own: Vec<String>,
+    pub own: Vec<String>,
 }
 
 /// Why the text is not a YAML document this reader accepts. Never holds file content.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SyntaxError {
+pub struct SyntaxError {
     /// 1-based line.
-    pub(crate) line: usize,
+    pub line: usize,
     /// 1-based column.
-    pub(crate) column: usize,
+    pub column: usize,
     /// What is wrong, as a lowercase fragment.
-    pub(crate) message: String,
+    pub message: String,
 }
 
 enum Frame {
@@ -131,7 +135,7 @@ enum Frame {
 }
 
 /// Parses every document of `text`.
-pub(crate) fn parse(text: &str) -> Result<Parsed, SyntaxError> {
+pub fn parse(text: &str) -> Result<Parsed, SyntaxError> {
     let mut options = granit_parser::Options::default();
     options.flow_nesting_limit = MAX_DEPTH + 8;
     options.block_nesting_limit = MAX_DEPTH + 8;
