@@ -69,7 +69,9 @@ pub(crate) async fn ask_agent_or_store<T: DeserializeOwned>(
                 Err(error) => tracing::info!(%error, "no agent answers; reading the database"),
             }
         }
-        Err(error) => tracing::info!(error = %format!("{error:#}"), "no agent address; reading the database"),
+        Err(error) => {
+            tracing::info!(error = %format!("{error:#}"), "no agent address; reading the database")
+        }
     }
     let db = database_path(&config.state_dir);
     let store = Store::open_read_only(&db).with_context(|| match &address {
