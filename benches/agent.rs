@@ -9,8 +9,8 @@
 //! Run: `cargo bench --bench agent -- webhook` or `-- idle` (both by default).
 //!
 //! Benches cannot use `tests/it`'s harness (`tests/it/support/agent.rs`: `AgentToml`,
-//! `AgentProcess`), so [`setup`] and [`spawn`] are a small local equivalent of it: the agent
-//! listens on `127.0.0.1:0` and the bench reads the address it bound from
+//! `AgentProcess`), so [`setup`], [`spawn`] and [`bound_address`] are a small local equivalent
+//! of it: the agent listens on `127.0.0.1:0` and the bench reads the address it bound from
 //! `<state_dir>/http.addr`, as the tests do.
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
@@ -90,27 +90,30 @@ async fn setup(poll: &str) -> Setup {
     }
 }
 
-/// Starts the agent; returns it and the address it bound, once it has written it.
-async fn spawn(setup: &Setup) -> (Child, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_proxops"))
+fn spawn(setup: &Setup) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_proxops"))
         .args(["agent", "--config"])
         .arg(setup.dir.path().join("agent.toml"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// The address the agent bound, once it has written it to `<state_dir>/http.addr`.
+async fn bound_address(setup: &Setup) -> String {
     let file = proxops::agent::http_addr_path(&setup.state_dir);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(text) = std::fs::read_to_string(&file)
             && let Ok(addr) = text.trim().parse::<SocketAddr>()
         {
-            return (child, addr.to_string());
+            return addr.to_string();
         }
         assert!(
             Instant::now() < deadline,
-            "no address in {}",
+            "the agent wrote no address to {}",
             file.display()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -141,7 +144,8 @@ async fn wait_for_commit(http: &reqwest::Client, listen: &str, commit: &str) {
 
 async fn webhook_latency() {
     let setup = setup("1h").await;
-    let (mut agent, listen) = spawn(&setup).await;
+    let mut agent = spawn(&setup);
+    let listen = bound_address(&setup).await;
     let http = reqwest::Client::new();
     let head = setup.repo.head();
     wait_for_commit(&http, &listen, &head).await;
@@ -189,7 +193,8 @@ async fn idle_rss() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(600);
     let setup = setup("1s").await;
-    let (mut agent, listen) = spawn(&setup).await;
+    let mut agent = spawn(&setup);
+    let listen = bound_address(&setup).await;
     let http = reqwest::Client::new();
     let head = setup.repo.head();
     wait_for_commit(&http, &listen, &head).await;
@@ -204,7 +209,7 @@ async fn idle_rss() {
     let first = rss(agent.id());
     tokio::time::sleep(Duration::from_secs(secs)).await;
     let revisions: serde_json::Value = http
-        .get(format!("http://{}/api/v1/revisions?limit=1000", listen))
+        .get(format!("http://{listen}/api/v1/revisions?limit=1000"))
         .send()
         .await
         .unwrap()

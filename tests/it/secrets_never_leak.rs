@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::one_iso::{Setup, TrustLine, push_body};
-use crate::support::agent::AgentProcess;
+use crate::support::agent::{AgentProcess, database_values};
 
 const TOKEN: &str = "leak-canary-pve-token-6f1d2a";
 const HOOK: &str = "leak-canary-webhook-93be47";
@@ -79,34 +79,12 @@ fn scan_database(state_dir: &Path) -> usize {
             );
         }
     }
-    let db = rusqlite::Connection::open_with_flags(
-        state_dir.join("state.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    let tables: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert!(tables.len() >= 3, "{tables:?}");
-    for table in tables {
-        let mut statement = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
-        let columns = statement.column_count();
-        let mut rows = statement.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            for i in 0..columns {
-                let text = match row.get_ref(i).unwrap() {
-                    rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                        String::from_utf8_lossy(t).into_owned()
-                    }
-                    _ => continue,
-                };
-                values += 1;
-                assert_clean(&format!("table {table} column {i}"), &text);
-            }
+    let tables = database_values(&state_dir.join("state.db"));
+    assert!(tables.len() >= 3, "{:?}", tables.keys());
+    for (table, texts) in tables {
+        for (column, text) in texts {
+            values += 1;
+            assert_clean(&format!("table {table} column {column}"), &text);
         }
     }
     values

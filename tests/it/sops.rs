@@ -110,7 +110,7 @@ use std::process::Command;
 use crate::git_server::{GitDaemon, TestRepo};
 use crate::pve_api::Api;
 use crate::sim::World;
-use crate::support::agent::AgentProcess;
+use crate::support::agent::{AgentProcess, database_values};
 
 /// Every secret value of the fixture VM: the two public keys and the password.
 const SECRETS: [&str; 3] = [
@@ -209,38 +209,6 @@ fn start_sops_agent(world: &World, repo: &TestRepo, identity: &Path) -> (AgentPr
     (agent, daemon)
 }
 
-/// Every text value of every table of the SQLite database at `path`.
-fn database_text(path: &Path) -> String {
-    let db =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let tables: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut text = String::new();
-    for table in tables {
-        let mut statement = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
-        let columns = statement.column_count();
-        let mut rows = statement.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            for i in 0..columns {
-                match row.get_ref(i).unwrap() {
-                    rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                        text.push_str(&String::from_utf8_lossy(t));
-                        text.push('\n');
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    text
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_anywhere() {
     let world = World::start(&[]).await;
@@ -329,7 +297,9 @@ async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_an
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "db"))
         .expect("the agent's database");
-    shown.push(("database", database_text(&database)));
+    let values = database_values(&database);
+    let text: Vec<String> = values.into_values().flatten().map(|(_, t)| t).collect();
+    shown.push(("database", text.join("\n")));
     assert!(
         shown
             .last()

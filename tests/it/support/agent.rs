@@ -17,6 +17,7 @@
 //! let status = agent.wait_for(|s| s["last_applied"].is_object()).await;
 //! ```
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -547,6 +548,40 @@ impl Drop for AgentProcess {
             let _ = child.wait();
         }
     }
+}
+
+/// Every text or blob value of every table of the SQLite database at `path` (an agent's state
+/// database), as (column, text) by table; tables without such values are listed empty. For
+/// the scans that show a secret is stored nowhere.
+pub(crate) fn database_values(path: &Path) -> BTreeMap<String, Vec<(usize, String)>> {
+    let db =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let tables: Vec<String> = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut values = BTreeMap::new();
+    for table in tables {
+        let mut texts = Vec::new();
+        let mut statement = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
+        let columns = statement.column_count();
+        let mut rows = statement.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            for i in 0..columns {
+                if let rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) =
+                    row.get_ref(i).unwrap()
+                {
+                    texts.push((i, String::from_utf8_lossy(t).into_owned()));
+                }
+            }
+        }
+        values.insert(table, texts);
+    }
+    values
 }
 
 fn append(path: &Path) -> Stdio {
