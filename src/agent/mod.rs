@@ -65,6 +65,9 @@ pub enum AgentError {
     /// The HTTP listener could not be bound.
     #[error("listening on {0}")]
     Listen(SocketAddr, #[source] std::io::Error),
+    /// The bound address could not be written to `state_dir`.
+    #[error("writing the listener's address to {}", .0.display())]
+    HttpAddr(PathBuf, #[source] std::io::Error),
     /// The poll schedule is invalid.
     #[error("the poll schedule")]
     Schedule(#[source] schedule::ScheduleError),
@@ -73,6 +76,23 @@ pub enum AgentError {
 /// Path of the state database inside `state_dir`.
 pub fn database_path(state_dir: &Path) -> PathBuf {
     state_dir.join("state.db")
+}
+
+/// Path of the file inside `state_dir` that holds the address the status API listens on,
+/// as `127.0.0.1:PORT` and a newline: how `proxops status` and tests find an agent whose
+/// `[http] listen` has port 0 (any free port).
+pub fn http_addr_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("http.addr")
+}
+
+/// Writes `addr` to [`http_addr_path`] atomically (a temporary file renamed over it), so a
+/// reader sees the previous address or the new one, never a partial line.
+fn write_http_addr(state_dir: &Path, addr: SocketAddr) -> Result<(), AgentError> {
+    let path = http_addr_path(state_dir);
+    let temporary = state_dir.join("http.addr.tmp");
+    std::fs::write(&temporary, format!("{addr}\n"))
+        .and_then(|()| std::fs::rename(&temporary, &path))
+        .map_err(|e| AgentError::HttpAddr(path, e))
 }
 
 /// The node label passes are recorded under.
@@ -189,10 +209,15 @@ pub async fn run(
         webhook_metrics: webhook.as_ref().map(|w| w.metrics.clone()),
         node_label: running.deps.node_label.clone(),
     };
+    // `listen` may have port 0: what counts from here on is the address actually bound.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| AgentError::Listen(config.listen, e))?;
-    tracing::info!(listen = %config.listen, node = %running.deps.node_label, "agent started");
+    let listen = listener
+        .local_addr()
+        .map_err(|e| AgentError::Listen(config.listen, e))?;
+    write_http_addr(&config.state_dir, listen)?;
+    tracing::info!(%listen, node = %running.deps.node_label, "agent started");
     let server_shutdown = shutdown.clone();
     let server = tokio::spawn(async move {
         let app = http::router(http_state, webhook);
@@ -215,7 +240,7 @@ pub async fn run(
 
     // Ready before re-attaching: waiting for a previous run's tasks may outlast systemd's
     // start timeout, and the status API already answers.
-    notify::ready(config.listen);
+    notify::ready(listen);
     reattach(&running.deps, &shutdown).await;
 
     let mut backoff = Backoff::default();
