@@ -35,6 +35,11 @@ pub(crate) mod raw;
 mod vm;
 pub(crate) mod yaml;
 
+pub use yaml::{
+    MAX_DOCUMENTS_PER_FILE, MAX_FILE_NODES, MAX_FILE_TEXT_BYTES, MAX_REVISION_DOCUMENTS,
+    MAX_REVISION_NODES, MAX_REVISION_TEXT_BYTES, RevisionBudget, RevisionLimits,
+};
+
 pub use artifact::{ArtifactSpec, Checksum, content_type, extensions};
 pub use choice::{
     Aio, Arch, Bios, ChecksumAlgorithm, Discard, EfiTemplate, Machine, Media, PowerState,
@@ -87,6 +92,13 @@ pub struct ParsedFile {
 /// assert_eq!(file.resources[0].id.to_string(), "ISO/netinst");
 /// ```
 pub fn parse_file(path: &str, contents: &str) -> ParsedFile {
+    parse_file_within(path, contents, &RevisionBudget::default())
+}
+
+/// [`parse_file`] drawing on a revision's budget, shared with the other files of the revision
+/// (`repository::load`). When the budget runs out in this file, its last diagnostic says so and
+/// the rest of the file is not read; when it ran out in another file, nothing is read.
+pub fn parse_file_within(path: &str, contents: &str, budget: &RevisionBudget) -> ParsedFile {
     let mut file = ParsedFile::default();
     if contents.len() > MAX_FILE_BYTES {
         let problem = Diagnostic::error(
@@ -104,12 +116,13 @@ pub fn parse_file(path: &str, contents: &str) -> ParsedFile {
         file.diagnostics.push(problem);
         return file;
     }
-    for doc in yaml::parse_documents(path, contents) {
+    // Each document is checked and its tree dropped before the next one is read.
+    yaml::for_each_document(path, contents, budget, |doc| {
         file.diagnostics.extend(doc.problems);
         if let Some(root) = doc.root {
             document::check_document(path, &root, &mut file);
         }
-    }
+    });
     sort_diagnostics(&mut file.diagnostics);
     file
 }

@@ -10,10 +10,19 @@
 //! thousand nodes; nesting deeper than [`MAX_DEPTH`] stops the document too. Copied scalar text
 //! counts against [`MAX_TEXT_BYTES`], since a node budget alone lets 20,000 aliases of one
 //! long scalar copy gigabytes. A syntax error or
-//! an exhausted budget abandons that document only; the next `---` starts afresh.
+//! an exhausted document budget abandons that document only; the next `---` starts afresh.
+//!
+//! A per-document budget alone does not bound a file: a 2 KB document can expand to 16 MiB
+//! under every per-document limit, and an 8 MiB file holds thousands of such documents
+//! (SECURITY-AUDIT.md H3). So a file also has one budget across all its documents
+//! ([`MAX_DOCUMENTS_PER_FILE`], [`MAX_FILE_NODES`], [`MAX_FILE_TEXT_BYTES`]), and every file of
+//! a revision draws on one [`RevisionBudget`] shared by the parse threads. Exhausting either
+//! stops reading the file. Documents are handed to the caller one at a time
+//! ([`for_each_document`]), so only one document's tree is alive per parsing thread.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde_saphyr::granit_parser::{self, Event, Marker, Parser, ScalarStyle, ScanError};
 
@@ -28,6 +37,168 @@ pub(crate) const MAX_DEPTH: usize = 32;
 /// Most scalar text one document may hold, counting every copy an alias makes: twice the
 /// largest file (`MAX_FILE_BYTES`), so a file under the size limit never hits it without aliases.
 pub(crate) const MAX_TEXT_BYTES: usize = 2 * super::MAX_FILE_BYTES;
+/// Most `---` documents one file may hold, empty ones included. The 10,000-resource benchmark
+/// repository holds about one document per file.
+pub const MAX_DOCUMENTS_PER_FILE: usize = 10_000;
+/// Most nodes one file may hold across all its documents, counting alias copies: an 8 MiB file
+/// of plain manifests holds about 700,000.
+pub const MAX_FILE_NODES: usize = 1_000_000;
+/// Most scalar text one file may hold across all its documents, counting alias copies: the
+/// per-document limit, so a file without aliases never reaches it.
+pub const MAX_FILE_TEXT_BYTES: usize = MAX_TEXT_BYTES;
+/// Most non-empty documents a revision may hold across its files: 2.5 times the
+/// 10,000-resource benchmark repository.
+pub const MAX_REVISION_DOCUMENTS: usize = 25_000;
+/// Most YAML nodes a revision may hold across its files after expanding aliases.
+pub const MAX_REVISION_NODES: usize = 4_000_000;
+/// Most scalar text a revision may hold across its files after expanding aliases.
+pub const MAX_REVISION_TEXT_BYTES: usize = 64 * 1024 * 1024;
+/// Charges to the shared revision budget are batched per thread, in steps this large.
+const NODE_BATCH: usize = 4096;
+const TEXT_BATCH: usize = 256 * 1024;
+
+/// What one revision may hold in all, shared by every file parsed for it (and by the parse
+/// threads: the counters are atomic). Once a limit is passed the budget stays exhausted, and
+/// every file still being read stops.
+#[derive(Debug)]
+pub struct RevisionBudget {
+    limits: RevisionLimits,
+    documents: AtomicUsize,
+    nodes: AtomicUsize,
+    text_bytes: AtomicUsize,
+    exhausted: AtomicBool,
+}
+
+/// The limits of a [`RevisionBudget`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevisionLimits {
+    /// Non-empty documents.
+    pub documents: usize,
+    /// YAML nodes after expanding aliases.
+    pub nodes: usize,
+    /// Scalar text bytes after expanding aliases.
+    pub text_bytes: usize,
+}
+
+impl RevisionLimits {
+    /// The limits the agent and the CLI apply.
+    pub const DEFAULT: RevisionLimits = RevisionLimits {
+        documents: MAX_REVISION_DOCUMENTS,
+        nodes: MAX_REVISION_NODES,
+        text_bytes: MAX_REVISION_TEXT_BYTES,
+    };
+}
+
+impl Default for RevisionBudget {
+    fn default() -> Self {
+        RevisionBudget::new(RevisionLimits::DEFAULT)
+    }
+}
+
+impl RevisionBudget {
+    /// A fresh budget with these limits.
+    pub fn new(limits: RevisionLimits) -> Self {
+        RevisionBudget {
+            limits,
+            documents: AtomicUsize::new(0),
+            nodes: AtomicUsize::new(0),
+            text_bytes: AtomicUsize::new(0),
+            exhausted: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a limit was passed: the revision cannot be read in full.
+    pub fn is_exhausted(&self) -> bool {
+        self.exhausted.load(Ordering::Relaxed)
+    }
+
+    /// Adds to the shared counters; the name of the limit passed, if one was.
+    fn charge(&self, documents: usize, nodes: usize, text: usize) -> Option<&'static str> {
+        let over = |counter: &AtomicUsize, add: usize, limit: usize| {
+            add > 0 && counter.fetch_add(add, Ordering::Relaxed).saturating_add(add) > limit
+        };
+        let passed = if over(&self.documents, documents, self.limits.documents) {
+            Some("documents")
+        } else if over(&self.nodes, nodes, self.limits.nodes) {
+            Some("nodes")
+        } else if over(&self.text_bytes, text, self.limits.text_bytes) {
+            Some("text")
+        } else {
+            None
+        };
+        if passed.is_some() {
+            self.exhausted.store(true, Ordering::Relaxed);
+        }
+        passed
+    }
+}
+
+/// One file's use of its own budget and of the revision's, carried from document to document.
+struct Meter<'b> {
+    budget: &'b RevisionBudget,
+    file_nodes: usize,
+    file_text: usize,
+    /// Not yet charged to `budget` (charges are batched).
+    pending_nodes: usize,
+    pending_text: usize,
+}
+
+/// Which budget stopped a file.
+enum Exceeded {
+    /// The file's document cap.
+    FileDocuments,
+    /// The file's own node budget.
+    FileNodes,
+    /// The file's own text budget.
+    FileText,
+    /// The revision's budget (documents, nodes or text), first passed in this file.
+    Revision(&'static str),
+    /// The revision's budget, passed in another file: this one stops without a word.
+    Elsewhere,
+}
+
+impl<'b> Meter<'b> {
+    fn new(budget: &'b RevisionBudget) -> Self {
+        Meter {
+            budget,
+            file_nodes: 0,
+            file_text: 0,
+            pending_nodes: 0,
+            pending_text: 0,
+        }
+    }
+
+    fn charge(&mut self, nodes: usize, text: usize) -> Result<(), Exceeded> {
+        self.file_nodes = self.file_nodes.saturating_add(nodes);
+        self.file_text = self.file_text.saturating_add(text);
+        self.pending_nodes = self.pending_nodes.saturating_add(nodes);
+        self.pending_text = self.pending_text.saturating_add(text);
+        if self.file_nodes > MAX_FILE_NODES {
+            return Err(Exceeded::FileNodes);
+        }
+        if self.file_text > MAX_FILE_TEXT_BYTES {
+            return Err(Exceeded::FileText);
+        }
+        if self.pending_nodes >= NODE_BATCH || self.pending_text >= TEXT_BATCH {
+            self.flush(0)?;
+        }
+        Ok(())
+    }
+
+    /// Charges what is pending, plus `documents` new documents, to the revision.
+    fn flush(&mut self, documents: usize) -> Result<(), Exceeded> {
+        if self.budget.is_exhausted() {
+            return Err(Exceeded::Elsewhere);
+        }
+        let (nodes, text) = (self.pending_nodes, self.pending_text);
+        self.pending_nodes = 0;
+        self.pending_text = 0;
+        match self.budget.charge(documents, nodes, text) {
+            Some(limit) => Err(Exceeded::Revision(limit)),
+            None => Ok(()),
+        }
+    }
+}
 
 /// One YAML node and where it starts.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,48 +342,180 @@ pub(crate) struct Document {
 }
 
 /// Reads every non-empty document of `contents`. `path` only labels diagnostics.
+#[cfg(test)]
 pub(crate) fn parse_documents(path: &str, contents: &str) -> Vec<Document> {
+    let mut documents = Vec::new();
+    for_each_document(path, contents, &RevisionBudget::default(), |doc| {
+        documents.push(doc);
+    });
+    documents
+}
+
+/// Reads the documents of `contents` one at a time, handing each non-empty one (or one that
+/// has problems) to `each` before the next is read, within the file's budget and `budget`.
+/// When a budget runs out, the last document handed over says which, and reading stops (no
+/// document at all when `budget` ran out while another file was read).
+pub(crate) fn for_each_document(
+    path: &str,
+    contents: &str,
+    budget: &RevisionBudget,
+    mut each: impl FnMut(Document),
+) {
     let mut options = granit_parser::Options::default();
     // Our own depth check reports first and more clearly; these only bound the parser itself.
     options.flow_nesting_limit = MAX_DEPTH + 8;
     options.block_nesting_limit = MAX_DEPTH + 8;
     let mut parser = Parser::new_from_str_with_options(contents, options);
-    let mut documents = Vec::new();
+    let mut meter = Meter::new(budget);
+    let mut started = 0usize;
     loop {
-        let mut builder = Builder::new(path);
+        let mut builder = Builder::new(path, meter);
         let outcome = builder.run(&mut parser);
-        let Builder { root, problems, .. } = builder;
+        let Builder {
+            root,
+            problems,
+            meter: returned,
+            last_at,
+            first_at,
+            ..
+        } = builder;
+        meter = returned;
+        let stop = |problem: Option<Diagnostic>, each: &mut dyn FnMut(Document)| {
+            if let Some(problem) = problem {
+                let mut problems = problems.clone();
+                problems.push(problem);
+                each(Document {
+                    root: None,
+                    problems,
+                });
+            }
+        };
+        let ended = matches!(outcome, Outcome::End);
+        let non_empty = match &outcome {
+            Outcome::Document => {
+                root.as_ref().is_some_and(|r| r.value != Value::Null) || !problems.is_empty()
+            }
+            Outcome::End => !problems.is_empty(),
+            Outcome::Abandoned(_) | Outcome::Stopped(_) => true,
+        };
+        if !ended {
+            started += 1;
+        }
+        // A file's document count and the revision's are checked as each document ends.
+        let counted = if started > MAX_DOCUMENTS_PER_FILE {
+            Err(Exceeded::FileDocuments)
+        } else {
+            meter.flush(usize::from(non_empty && !ended))
+        };
+        if let Err(exceeded) = counted {
+            if !matches!(outcome, Outcome::Stopped(_)) {
+                let at = match exceeded {
+                    Exceeded::FileDocuments | Exceeded::Revision("documents") => {
+                        first_at.unwrap_or(last_at)
+                    }
+                    _ => last_at,
+                };
+                stop(
+                    exceeded_problem(path, at, &exceeded, budget.limits),
+                    &mut each,
+                );
+                return;
+            }
+        }
         match outcome {
             Outcome::Document => {
-                if root.as_ref().is_some_and(|r| r.value != Value::Null) || !problems.is_empty() {
-                    documents.push(Document {
+                if non_empty {
+                    each(Document {
                         root: root.filter(|r| r.value != Value::Null),
                         problems,
                     });
                 }
             }
             Outcome::End => {
-                if !problems.is_empty() {
-                    documents.push(Document {
+                if non_empty {
+                    each(Document {
                         root: None,
                         problems,
                     });
                 }
-                break;
+                return;
             }
             Outcome::Abandoned(problem) => {
-                documents.push(Document {
+                each(Document {
                     root: None,
                     problems: vec![*problem],
                 });
                 match parser.proceed_next_document() {
                     Ok(true) => {}
-                    Ok(false) | Err(_) => break,
+                    Ok(false) | Err(_) => return,
                 }
+            }
+            Outcome::Stopped(problem) => {
+                stop(problem.map(|p| *p), &mut each);
+                return;
             }
         }
     }
-    documents
+}
+
+/// The diagnostic for an exhausted file or revision budget, at `at`; `None` when another file
+/// exhausted the revision's budget (that file says so).
+fn exceeded_problem(
+    path: &str,
+    at: Location,
+    exceeded: &Exceeded,
+    limits: RevisionLimits,
+) -> Option<Diagnostic> {
+    let mib = |bytes: usize| bytes / (1024 * 1024);
+    let (message, help) = match exceeded {
+        Exceeded::FileDocuments => (
+            format!("file too large: more than {MAX_DOCUMENTS_PER_FILE} YAML documents"),
+            "split the manifests into several files".to_owned(),
+        ),
+        Exceeded::FileNodes => (
+            format!(
+                "file too large: more than {MAX_FILE_NODES} YAML nodes across its documents after \
+                 expanding aliases"
+            ),
+            "a manifest needs a few hundred nodes; check for repeated aliases, or split the file"
+                .to_owned(),
+        ),
+        Exceeded::FileText => (
+            format!(
+                "file too large: more than {} MiB of text across its documents after expanding \
+                 aliases",
+                mib(MAX_FILE_TEXT_BYTES)
+            ),
+            "check for aliases that repeat long values; a file without aliases never gets here"
+                .to_owned(),
+        ),
+        Exceeded::Revision(limit) => {
+            let what = match *limit {
+                "documents" => format!("{} documents", limits.documents),
+                "nodes" => format!("{} YAML nodes after expanding aliases", limits.nodes),
+                _ => format!(
+                    "{} MiB of text after expanding aliases",
+                    mib(limits.text_bytes)
+                ),
+            };
+            (
+                format!(
+                    "repository too large: more than {what} across all manifest files (the \
+                     revision's budget ran out in this file)"
+                ),
+                format!(
+                    "a revision may hold {} documents, {} nodes and {} MiB of text after \
+                     expanding aliases; check the largest files for repeated aliases, or split \
+                     the repository between agents",
+                    limits.documents,
+                    limits.nodes,
+                    mib(limits.text_bytes)
+                ),
+            )
+        }
+        Exceeded::Elsewhere => return None,
+    };
+    Some(Diagnostic::error(path, at.line, at.column, "", message).with_help(help))
 }
 
 /// How reading one document ended.
@@ -221,8 +524,10 @@ enum Outcome {
     Document,
     /// The end of the stream; no further document.
     End,
-    /// A syntax error or an exhausted budget.
+    /// A syntax error or an exhausted document budget: the next document starts afresh.
     Abandoned(Box<Diagnostic>),
+    /// The file's or the revision's budget ran out: nothing more of the file is read.
+    Stopped(Option<Box<Diagnostic>>),
 }
 
 /// A collection being read.
@@ -243,8 +548,13 @@ enum Frame {
 }
 
 /// Builds the tree of one document from parser events.
-struct Builder<'p> {
+struct Builder<'p, 'b> {
     path: &'p str,
+    meter: Meter<'b>,
+    /// Where the last event started (where a budget ran out).
+    last_at: Location,
+    /// Where the document's first node starts (where a document too many is reported).
+    first_at: Option<Location>,
     stack: Vec<Frame>,
     root: Option<Node>,
     /// Anchored nodes with their node count and scalar text bytes (what an alias copies).
@@ -252,6 +562,8 @@ struct Builder<'p> {
     nodes: usize,
     text_bytes: usize,
     problems: Vec<Diagnostic>,
+    /// The file's or the revision's budget that ran out, if one did.
+    exceeded: Option<Exceeded>,
 }
 
 fn location(marker: &Marker) -> Location {
@@ -261,17 +573,42 @@ fn location(marker: &Marker) -> Location {
     }
 }
 
-impl<'p> Builder<'p> {
-    fn new(path: &'p str) -> Self {
+impl<'p, 'b> Builder<'p, 'b> {
+    fn new(path: &'p str, meter: Meter<'b>) -> Self {
         Self {
             path,
+            meter,
+            last_at: Location { line: 1, column: 1 },
+            first_at: None,
             stack: Vec::new(),
             root: None,
             anchors: HashMap::new(),
             nodes: 0,
             text_bytes: 0,
             problems: Vec::new(),
+            exceeded: None,
         }
+    }
+
+    /// Charges `nodes` and `text` bytes to the file's and the revision's budgets. The error is
+    /// a placeholder: `run` turns `exceeded` into the diagnostic.
+    fn charge(&mut self, nodes: usize, text: usize) -> Result<(), Diagnostic> {
+        match self.meter.charge(nodes, text) {
+            Ok(()) => Ok(()),
+            Err(exceeded) => {
+                self.exceeded = Some(exceeded);
+                Err(self.error(self.last_at, "budget exhausted"))
+            }
+        }
+    }
+
+    /// How reading ends when the file's or the revision's budget ran out.
+    fn stopped(&mut self) -> Option<Outcome> {
+        let exceeded = self.exceeded.take()?;
+        Some(Outcome::Stopped(
+            exceeded_problem(self.path, self.last_at, &exceeded, self.meter.budget.limits)
+                .map(Box::new),
+        ))
     }
 
     fn error(&self, at: Location, message: impl Into<String>) -> Diagnostic {
@@ -294,6 +631,13 @@ impl<'p> Builder<'p> {
                 Some(Ok(pair)) => pair,
             };
             let at = location(&span.start);
+            self.last_at = at;
+            if matches!(
+                event,
+                Event::Scalar(..) | Event::SequenceStart(..) | Event::MappingStart(..)
+            ) {
+                self.first_at.get_or_insert(at);
+            }
             let result = match event {
                 Event::StreamStart => Ok(()),
                 Event::StreamEnd => return Outcome::End,
@@ -311,6 +655,9 @@ impl<'p> Builder<'p> {
                     self.text_bytes = self.text_bytes.saturating_add(text.len());
                     if self.text_bytes > MAX_TEXT_BYTES {
                         return Outcome::Abandoned(Box::new(self.too_much_text(at)));
+                    }
+                    if self.charge(0, text.len()).is_err() {
+                        return self.stopped().unwrap_or(Outcome::End);
                     }
                     let core = tag.as_ref().map(|t| {
                         t.core_suffix()
@@ -374,16 +721,21 @@ impl<'p> Builder<'p> {
                     },
                 ),
                 Event::SequenceEnd | Event::MappingEnd => self.close(),
-                Event::Alias(id) => match self.anchors.get(&id) {
-                    Some((node, size, bytes)) => {
-                        let size = *size;
-                        self.text_bytes = self.text_bytes.saturating_add(*bytes);
+                Event::Alias(id) => match self
+                    .anchors
+                    .get(&id)
+                    .map(|(_, size, bytes)| (*size, *bytes))
+                {
+                    Some((size, bytes)) => {
+                        self.text_bytes = self.text_bytes.saturating_add(bytes);
                         if self.nodes.saturating_add(size) > MAX_NODES {
                             Err(self.too_large(at))
                         } else if self.text_bytes > MAX_TEXT_BYTES {
                             Err(self.too_much_text(at))
+                        } else if let Err(placeholder) = self.charge(0, bytes) {
+                            Err(placeholder)
                         } else {
-                            let mut copy = node.clone();
+                            let mut copy = self.anchors[&id].0.clone();
                             copy.location = at;
                             self.push(copy, size, size, 0)
                         }
@@ -393,6 +745,9 @@ impl<'p> Builder<'p> {
                 _ => Ok(()),
             };
             if let Err(problem) = result {
+                if let Some(stopped) = self.stopped() {
+                    return stopped;
+                }
                 return Outcome::Abandoned(Box::new(problem));
             }
         }
@@ -429,6 +784,7 @@ impl<'p> Builder<'p> {
         if self.nodes > MAX_NODES {
             return Err(self.too_large(at));
         }
+        self.charge(1, 0)?;
         self.stack.push(frame);
         Ok(())
     }
@@ -547,6 +903,7 @@ impl<'p> Builder<'p> {
         if self.nodes > MAX_NODES {
             return Err(self.too_large(node.location));
         }
+        self.charge(added, 0)?;
         if anchor != 0 {
             self.anchors
                 .insert(anchor, (node.clone(), size, text_bytes(&node)));
@@ -615,6 +972,123 @@ mod tests {
         let mut docs = parse_documents("t.yaml", yaml);
         assert_eq!(docs.len(), 1, "{docs:?}");
         docs.remove(0)
+    }
+
+    /// The audit's generator (SECURITY-AUDIT.md H3): an 839-byte anchored scalar, a list of
+    /// 140 aliases of it and 140 aliases of that list. About 2 KB that expands to 15.8 MiB
+    /// and 19,890 nodes, under every per-document limit.
+    pub(crate) fn small_bomb() -> String {
+        let list = vec!["*a"; 140].join(", ");
+        let lists = vec!["*b"; 140].join(", ");
+        format!("a: &a \"{}\"\nb: &b [{list}]\nc: [{lists}]\n", "x".repeat(839))
+    }
+
+    fn rendered(docs: &[Document]) -> Vec<String> {
+        docs.iter()
+            .flat_map(|d| d.problems.iter().map(ToString::to_string))
+            .collect()
+    }
+
+    #[test]
+    fn one_small_bomb_stays_under_every_per_document_limit() {
+        let bomb = small_bomb();
+        assert!(bomb.len() < 2_100, "{}", bomb.len());
+        let docs = parse_documents("t.yaml", &bomb);
+        assert_eq!(rendered(&docs), Vec::<String>::new());
+        assert!(text_bytes(docs[0].root.as_ref().unwrap()) > 15 * 1024 * 1024);
+    }
+
+    #[test]
+    fn a_file_of_many_small_bombs_stops_at_the_file_text_budget() {
+        let file = vec![small_bomb(); 100].join("---\n");
+        let start = std::time::Instant::now();
+        let docs = parse_documents("bombs.yaml", &file);
+        assert!(start.elapsed().as_secs() < 10, "{:?}", start.elapsed());
+        // The first document is whole; the second one runs out of the file's budget and the
+        // remaining 98 are never read.
+        assert_eq!(docs.len(), 2);
+        let problems = rendered(&docs);
+        assert_eq!(problems.len(), 1, "{problems:#?}");
+        assert!(
+            problems[0].starts_with("bombs.yaml:7:")
+                && problems[0].contains(
+                    "file too large: more than 16 MiB of text across its documents after \
+                     expanding aliases"
+                ),
+            "{problems:#?}"
+        );
+    }
+
+    #[test]
+    fn a_file_of_more_documents_than_the_cap_is_refused_at_the_first_one_over() {
+        let file = "a: 1\n---\n".repeat(MAX_DOCUMENTS_PER_FILE + 5);
+        let docs = parse_documents("many.yaml", &file);
+        assert_eq!(docs.len(), MAX_DOCUMENTS_PER_FILE + 1);
+        let problems = rendered(&docs);
+        assert_eq!(
+            problems,
+            [format!(
+                "many.yaml:{}:1: error: file too large: more than {MAX_DOCUMENTS_PER_FILE} YAML \
+                 documents\n  help: split the manifests into several files",
+                2 * MAX_DOCUMENTS_PER_FILE + 1
+            )]
+        );
+    }
+
+    #[test]
+    fn the_revision_budget_is_shared_by_files_and_stops_the_one_that_passes_it() {
+        let budget = RevisionBudget::new(RevisionLimits {
+            documents: 100,
+            nodes: usize::MAX,
+            text_bytes: 40 * 1024 * 1024,
+        });
+        let read = |path: &str, contents: &str| {
+            let mut docs = Vec::new();
+            for_each_document(path, contents, &budget, |d| docs.push(d));
+            rendered(&docs)
+        };
+        // Two bombs of 15.8 MiB fit in 40 MiB; the third passes it.
+        assert_eq!(read("a.yaml", &small_bomb()), Vec::<String>::new());
+        assert_eq!(read("b.yaml", &small_bomb()), Vec::<String>::new());
+        let third = read("c.yaml", &small_bomb());
+        assert_eq!(third.len(), 1, "{third:#?}");
+        assert!(
+            third[0].starts_with("c.yaml:3:")
+                && third[0].contains(
+                    "repository too large: more than 40 MiB of text after expanding aliases \
+                     across all manifest files (the revision's budget ran out in this file)"
+                ),
+            "{third:#?}"
+        );
+        // Once exhausted, later files stop without a word of their own.
+        assert_eq!(read("d.yaml", "x: 1\n"), Vec::<String>::new());
+        assert!(budget.is_exhausted());
+
+        let budget = RevisionBudget::new(RevisionLimits {
+            documents: 2,
+            nodes: 10_000,
+            text_bytes: usize::MAX,
+        });
+        let mut docs = Vec::new();
+        for_each_document("e.yaml", &small_bomb(), &budget, |d| docs.push(d));
+        assert!(rendered(&docs)[0].contains("more than 10000 YAML nodes"), "{docs:#?}");
+        let budget = RevisionBudget::new(RevisionLimits {
+            documents: 2,
+            nodes: usize::MAX,
+            text_bytes: usize::MAX,
+        });
+        let mut docs = Vec::new();
+        for_each_document("f.yaml", "a: 1\n---\nb: 1\n---\nc: 1\n", &budget, |d| {
+            docs.push(d);
+        });
+        assert_eq!(
+            rendered(&docs),
+            ["f.yaml:5:1: error: repository too large: more than 2 documents across all \
+              manifest files (the revision's budget ran out in this file)\n  help: a revision \
+              may hold 2 documents, 18446744073709551615 nodes and 17592186044415 MiB of text \
+              after expanding aliases; check the largest files for repeated aliases, or split \
+              the repository between agents"]
+        );
     }
 
     #[test]
