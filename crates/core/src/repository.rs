@@ -19,7 +19,7 @@ use serde_saphyr::Spanned;
 use crate::desired::Manifest;
 use crate::diagnostic::{Diagnostic, sort_diagnostics};
 use crate::graph::DependencyGraph;
-use crate::manifest::{Location, ParsedFile, parse_file};
+use crate::manifest::{Location, ParsedFile, RevisionBudget, RevisionLimits, parse_file_within};
 use crate::resource::{Kind, ResourceId};
 
 /// The folder that holds one composition per cluster.
@@ -32,6 +32,13 @@ const MAX_CLUSTER_NAME: usize = 64;
 const MAX_PARSE_THREADS: usize = 4;
 /// Below this many files per thread, starting threads costs more than it saves.
 const MIN_FILES_PER_THREAD: usize = 32;
+/// Most manifest files a revision may hold: twice the 9,061 files of the 10,000-resource
+/// benchmark repository. The git source checks it from the tree before reading a blob.
+pub const MAX_REVISION_FILES: usize = 20_000;
+/// Most manifest bytes a revision may hold in all, before parsing: five times the 5.9 MiB of
+/// the 10,000-resource benchmark repository. The git source checks it from blob headers
+/// before inflating any.
+pub const MAX_REVISION_BYTES: usize = 32 * 1024 * 1024;
 
 /// How the repository is laid out (DESIGN.md §2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,20 +127,38 @@ impl Loaded {
 /// assert_eq!(loaded.states[0].cluster.as_deref(), Some("prod"));
 /// ```
 pub fn load(files: &BTreeMap<String, String>) -> Loaded {
+    load_within(files, RevisionLimits::DEFAULT)
+}
+
+/// [`load`] with other limits on what the whole revision may hold after expanding aliases
+/// (documents, nodes, text). The file count and byte total ([`MAX_REVISION_FILES`],
+/// [`MAX_REVISION_BYTES`]) are checked first, before any file is parsed.
+pub fn load_within(files: &BTreeMap<String, String>, limits: RevisionLimits) -> Loaded {
     let files: BTreeMap<&str, &str> = files
         .iter()
         .map(|(path, contents)| (path.strip_prefix("./").unwrap_or(path), contents.as_str()))
         .filter(|(path, _)| is_yaml(path) && !is_hidden(path))
         .collect();
+    let is_composition = files.keys().any(|path| path.starts_with("clusters/"));
+    let layout = if is_composition {
+        Layout::Composition
+    } else {
+        Layout::Plain
+    };
+    if let Some(too_large) = check_revision_size(&files) {
+        return Loaded {
+            layout,
+            clusters: Vec::new(),
+            states: Vec::new(),
+            diagnostics: vec![too_large],
+        };
+    }
     let mut repository = Repository {
         files,
         parsed: BTreeMap::new(),
         uses: BTreeMap::new(),
+        budget: RevisionBudget::new(limits),
     };
-    let is_composition = repository
-        .files
-        .keys()
-        .any(|path| path.starts_with("clusters/"));
     let mut loaded = if is_composition {
         repository.load_compositions()
     } else {
@@ -150,6 +175,39 @@ struct Repository<'a> {
     parsed: BTreeMap<&'a str, ParsedFile>,
     /// How many clusters still have to check each file; absent means one (plain mode).
     uses: BTreeMap<&'a str, usize>,
+    /// What the whole revision may hold, drawn on by every file parsed.
+    budget: RevisionBudget,
+}
+
+/// The revision's file count and byte total against [`MAX_REVISION_FILES`] and
+/// [`MAX_REVISION_BYTES`], located at the largest file (the one to look at first).
+fn check_revision_size(files: &BTreeMap<&str, &str>) -> Option<Diagnostic> {
+    let total: usize = files.values().map(|contents| contents.len()).sum();
+    let largest = files
+        .iter()
+        .max_by_key(|(path, contents)| (contents.len(), std::cmp::Reverse(**path)))
+        .map(|(path, contents)| (*path, contents.len()))?;
+    let message = if files.len() > MAX_REVISION_FILES {
+        format!(
+            "repository too large: {} manifest files, more than the {MAX_REVISION_FILES} a \
+             revision may hold",
+            files.len()
+        )
+    } else if total > MAX_REVISION_BYTES {
+        format!(
+            "repository too large: {} manifest files hold {total} bytes, more than the {} MiB a \
+             revision may hold (the largest is this one, {} bytes)",
+            files.len(),
+            MAX_REVISION_BYTES / (1024 * 1024),
+            largest.1
+        )
+    } else {
+        return None;
+    };
+    Some(Diagnostic::error(largest.0, 1, 1, "", message).with_help(
+        "remove large or generated .yaml files from the repository (or move them into a \
+         dot-folder, which is never read), or split the repository between agents",
+    ))
 }
 
 /// What checking one set of manifest files found, before cluster names are attached.
@@ -429,13 +487,15 @@ impl<'a> Repository<'a> {
             .min(todo.len() / MIN_FILES_PER_THREAD);
         if workers < 2 {
             for (path, contents) in todo {
-                self.parsed.insert(path, parse_file(path, contents));
+                self.parsed
+                    .insert(path, parse_file_within(path, contents, &self.budget));
             }
             return;
         }
         // Threads take the next file as they finish one, so a few large files do not leave a
         // core idle.
         let next = AtomicUsize::new(0);
+        let budget = &self.budget;
         let parse_some = || {
             let mut done = Vec::new();
             loop {
@@ -443,7 +503,7 @@ impl<'a> Repository<'a> {
                 let Some(&(path, contents)) = todo.get(i) else {
                     return done;
                 };
-                done.push((path, parse_file(path, contents)));
+                done.push((path, parse_file_within(path, contents, budget)));
             }
         };
         let parsed: Vec<Vec<(&'a str, ParsedFile)>> = std::thread::scope(|scope| {
@@ -474,7 +534,11 @@ impl<'a> Repository<'a> {
             // The last cluster to need a file takes its resources instead of copying them.
             let parsed = match self.parsed.remove(path) {
                 Some(parsed) => parsed,
-                None => parse_file(path, self.files.get(path).copied().unwrap_or_default()),
+                None => parse_file_within(
+                    path,
+                    self.files.get(path).copied().unwrap_or_default(),
+                    &self.budget,
+                ),
             };
             if remaining == 0 {
                 file_diagnostics.extend(parsed.diagnostics);
@@ -484,6 +548,15 @@ impl<'a> Repository<'a> {
                 resources.extend(parsed.resources.iter().cloned());
                 self.parsed.insert(path, parsed);
             }
+        }
+        // A revision over its budget was not read in full: what is missing would only show up
+        // as false problems between resources.
+        if self.budget.is_exhausted() {
+            return Checked {
+                state: None,
+                file_diagnostics,
+                cross_diagnostics: Vec::new(),
+            };
         }
         // Cross-resource checks and cycles run even when a file has errors, so one run reports
         // everything; the parser keeps every resource that has an identity.
@@ -626,6 +699,8 @@ fn to_usize(n: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::parse_file;
+    use crate::manifest::yaml::tests::small_bomb;
 
     /// A valid ISO manifest.
     fn iso(name: &str) -> String {
@@ -901,6 +976,84 @@ mod tests {
         assert_eq!(expected.len(), 43);
         assert_eq!(loaded.diagnostics, expected);
         assert_eq!(loaded, load(&files), "loading twice gives the same result");
+    }
+
+    #[test]
+    fn a_revision_over_the_byte_budget_is_refused_before_any_file_is_parsed() {
+        // Five 7 MiB files: each under the file limit, 35 MiB together. Not YAML at all, so a
+        // parse would report every one of them.
+        let junk = "[".repeat(7 * 1024 * 1024);
+        let files: BTreeMap<String, String> = (0..5)
+            .map(|i| (format!("vm/base/f{i}.yaml"), junk.clone()))
+            .chain([("vm/base/small.yaml".to_owned(), iso("small"))])
+            .collect();
+        let loaded = load(&files);
+        assert_eq!(
+            rendered(&loaded),
+            [format!(
+                "vm/base/f0.yaml:1:1: error: repository too large: 6 manifest files hold {} \
+                 bytes, more than the 32 MiB a revision may hold (the largest is this one, \
+                 7340032 bytes)\n  help: remove large or generated .yaml files from the \
+                 repository (or move them into a dot-folder, which is never read), or split the \
+                 repository between agents",
+                5 * junk.len() + iso("small").len()
+            )]
+        );
+        assert!(loaded.states.is_empty());
+    }
+
+    #[test]
+    fn a_revision_of_too_many_files_is_refused_before_any_file_is_parsed() {
+        let files: BTreeMap<String, String> = (0..=MAX_REVISION_FILES)
+            .map(|i| (format!("iso/i{i:05}.yaml"), String::new()))
+            .collect();
+        let loaded = load(&files);
+        assert_eq!(loaded.diagnostics.len(), 1);
+        assert_eq!(
+            loaded.diagnostics[0].message,
+            "repository too large: 20001 manifest files, more than the 20000 a revision may hold"
+        );
+    }
+
+    #[test]
+    fn small_bombs_spread_over_files_are_refused_within_the_revision_budget() {
+        // Each file holds one 2 KB document that expands to 15.8 MiB: under every per-document
+        // and per-file limit, but five of them pass the revision's 64 MiB.
+        let mut files: BTreeMap<String, String> = (0..8)
+            .map(|i| (format!("iso/b{i}.yaml"), small_bomb()))
+            .collect();
+        files.insert("iso/ok.yaml".to_owned(), iso("ok"));
+        let loaded = load(&files);
+        let errors = rendered(&loaded);
+        assert!(loaded.states.is_empty());
+        let budget: Vec<&String> = errors
+            .iter()
+            .filter(|e| e.contains("repository too large"))
+            .collect();
+        assert_eq!(budget.len(), 1, "{errors:#?}");
+        assert!(
+            budget[0].starts_with("iso/b4.yaml:")
+                && budget[0].contains(
+                    "more than 64 MiB of text after expanding aliases across all manifest files"
+                ),
+            "{errors:#?}"
+        );
+        // Nothing is reported about files that were never read, nor between resources.
+        assert!(
+            errors.iter().all(|e| !e.starts_with("iso/b5.yaml")
+                && !e.starts_with("iso/ok.yaml")
+                && !e.contains("does not exist")),
+            "{errors:#?}"
+        );
+        // The same repository within bigger limits is read in full.
+        let roomy = load_within(
+            &files,
+            RevisionLimits {
+                text_bytes: usize::MAX,
+                ..RevisionLimits::DEFAULT
+            },
+        );
+        assert!(rendered(&roomy).iter().all(|e| !e.contains("too large")));
     }
 
     #[test]

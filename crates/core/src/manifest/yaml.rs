@@ -965,7 +965,7 @@ fn key_text(key: &Node) -> Cow<'_, str> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn one(yaml: &str) -> Document {
