@@ -180,6 +180,31 @@ pub enum SourceError {
         /// Its size.
         bytes: u64,
     },
+    /// The manifest files of a commit hold more than a revision may (file count or bytes in
+    /// all, from the blob headers); refused before any of them is read.
+    #[error(
+        "the manifest files below {path} in commit {} are too many or too large: {files} or \
+         more files of {bytes} or more bytes, more than the {} files or {} MiB a revision may \
+         hold (the largest so far: {largest}, {largest_bytes} bytes); remove large or generated \
+         .yaml files, or split the repository between agents",
+        short(.commit),
+        proxops_core::repository::MAX_REVISION_FILES,
+        proxops_core::repository::MAX_REVISION_BYTES / (1024 * 1024)
+    )]
+    RevisionTooLarge {
+        /// The source's sub-path (`.` for the repository root).
+        path: String,
+        /// The commit.
+        commit: ObjectId,
+        /// Files counted when a limit was passed.
+        files: usize,
+        /// Bytes counted when a limit was passed.
+        bytes: u64,
+        /// Repository-relative path of the largest file counted.
+        largest: String,
+        /// Its size.
+        largest_bytes: u64,
+    },
     /// A manifest file is not UTF-8.
     #[error("file {path} in commit {} is not UTF-8", short(.commit))]
     NotUtf8 {
@@ -403,7 +428,29 @@ impl GitSource {
         let tracking = tracking_ref(&self.branch);
         let previous = self.tracking_tip(&repo, &tracking)?;
 
-        match self.receive(&repo, interrupt) {
+        // Shallow, so no blob of the history before the last fetched commit is ever stored
+        // (SECURITY-AUDIT.md H3: a 100 MiB blob anywhere in history landed in the mirror).
+        // The first fetch takes the tip alone. Later ones take the commits newer than the one
+        // fetched before (`deepen-since` its committer time), enough to tell a fast-forward
+        // from a force-push. git's upload-pack refuses `deepen-since` when no commit is that
+        // new (a branch reset to an older commit): then the tip alone.
+        let since = previous
+            .and_then(|id| repo.find_commit(id).ok()?.time().ok())
+            .map(|cutoff| gix::remote::fetch::Shallow::Since { cutoff });
+        let tip_only = || gix::remote::fetch::Shallow::DepthAtRemote(1.try_into().expect("1 > 0"));
+        let received = match since {
+            Some(since) => match self.receive(&repo, interrupt, since) {
+                Err(SourceError::Fetch { source, .. })
+                    if !interrupt.load(Ordering::Relaxed) =>
+                {
+                    tracing::debug!(error = %source, "fetching the commits since the last fetch failed; fetching the tip alone");
+                    self.receive(&repo, interrupt, tip_only())
+                }
+                other => other,
+            },
+            None => self.receive(&repo, interrupt, tip_only()),
+        };
+        match received {
             Ok(()) => {}
             Err(_) if interrupt.load(Ordering::Relaxed) => return Err(self.interrupted()),
             Err(err) => return Err(err),
@@ -467,8 +514,13 @@ impl GitSource {
         Ok(Some(id.detach()))
     }
 
-    /// One fetch of `+refs/heads/<branch>:refs/remotes/origin/<branch>`.
-    fn receive(&self, repo: &gix::Repository, interrupt: &AtomicBool) -> Result<(), SourceError> {
+    /// One fetch of `+refs/heads/<branch>:refs/remotes/origin/<branch>`, as shallow as asked.
+    fn receive(
+        &self,
+        repo: &gix::Repository,
+        interrupt: &AtomicBool,
+        shallow: gix::remote::fetch::Shallow,
+    ) -> Result<(), SourceError> {
         let fetch_error = |source| SourceError::Fetch {
             url: self.display_url.clone(),
             branch: self.branch.clone(),
@@ -520,6 +572,7 @@ impl GitSource {
             });
         }
         prepare
+            .with_shallow(shallow)
             .receive(gix::progress::Discard, interrupt)
             .map_err(fetch_error)?;
         Ok(())
@@ -586,7 +639,8 @@ fn ssh_command(key_file: Option<&Path>) -> String {
     )
 }
 
-/// Whether `ancestor` is reachable from `commit`.
+/// Whether `ancestor` is reachable from `commit` in the mirror. The mirror is shallow: the walk
+/// ends at its shallow boundary, which the fetch puts just behind the commit fetched before.
 fn descends_from(
     repo: &gix::Repository,
     commit: ObjectId,
@@ -858,6 +912,81 @@ mod tests {
         let revision = fetch(&source).unwrap();
         assert_eq!(revision.commit, next);
         assert!(!revision.force_pushed);
+    }
+
+    /// Bytes on disk below `dir`.
+    fn disk_bytes(dir: &Path) -> u64 {
+        walkdir::WalkDir::new(dir)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.metadata().ok())
+            .filter(std::fs::Metadata::is_file)
+            .map(|meta| meta.len())
+            .sum()
+    }
+
+    #[test]
+    fn a_100_mib_blob_in_history_is_not_stored_by_the_mirror_after_a_fetch() {
+        let repo = TestRepo::new();
+        // Incompressible, so a pack holding it would be 100 MiB too.
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let noise: Vec<u8> = (0..100 * 1024 * 1024 / 8)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state.to_le_bytes()
+            })
+            .collect();
+        repo.write("images/disk.raw", &noise);
+        repo.commit_files(&[("a.yaml", "a: 1\n")], "a large blob");
+        drop(noise);
+        repo.remove("images/disk.raw");
+        let tip = repo.commit_files(&[("a.yaml", "a: 2\n")], "the blob removed again");
+        let state = tempfile::tempdir().unwrap();
+        let source = open(&repo.url(), state.path());
+
+        let revision = fetch(&source).unwrap();
+        assert_eq!(revision.commit, tip);
+        assert_eq!(revision.files["a.yaml"], "a: 2\n");
+        let stored = disk_bytes(source.mirror_path());
+        assert!(stored < 1024 * 1024, "the mirror holds {stored} bytes");
+
+        // A fast-forward is still told from a force-push, and the old history stays out.
+        let next = repo.commit_files(&[("a.yaml", "a: 3\n")], "next");
+        let revision = fetch(&source).unwrap();
+        assert_eq!(revision.commit, next);
+        assert!(!revision.force_pushed);
+        let stored = disk_bytes(source.mirror_path());
+        assert!(stored < 1024 * 1024, "the mirror holds {stored} bytes");
+    }
+
+    #[test]
+    fn manifest_files_over_the_revision_byte_budget_are_refused_from_their_headers() {
+        let repo = TestRepo::new();
+        // Five 7 MiB manifests of one repeated byte: 35 MiB, a few KiB packed.
+        let big = "#".repeat(7 * 1024 * 1024);
+        let files: Vec<(String, &str)> = (0..5)
+            .map(|i| (format!("vm/base/f{i}.yaml"), big.as_str()))
+            .collect();
+        let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+        let commit = repo.commit_files(&files, "generated");
+        let state = tempfile::tempdir().unwrap();
+
+        let err = fetch(&open(&repo.url(), state.path())).unwrap_err();
+
+        assert!(matches!(err, SourceError::RevisionTooLarge { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the manifest files below . in commit {} are too many or too large: 5 or more \
+                 files of 36700160 or more bytes, more than the 20000 files or 32 MiB a revision \
+                 may hold (the largest so far: vm/base/f0.yaml, 7340032 bytes); remove large or \
+                 generated .yaml files, or split the repository between agents",
+                &commit[..12]
+            )
+        );
+        assert!(!err.is_transient());
     }
 
     #[test]

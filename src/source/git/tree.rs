@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use gix::ObjectId;
 use proxops_core::manifest::MAX_FILE_BYTES;
+use proxops_core::repository::{MAX_REVISION_BYTES, MAX_REVISION_FILES};
 
 use super::SourceError;
 
@@ -85,7 +86,9 @@ fn entries(
         .collect())
 }
 
-/// Every manifest file below `sub_path` in `commit`.
+/// Every manifest file below `sub_path` in `commit`. Sizes come from the object headers: a
+/// file over [`MAX_FILE_BYTES`], more files than [`MAX_REVISION_FILES`] or more bytes in all
+/// than [`MAX_REVISION_BYTES`] are refused before any blob is inflated.
 pub(crate) fn read_manifest_files(
     repo: &gix::Repository,
     commit: ObjectId,
@@ -120,7 +123,9 @@ pub(crate) fn read_manifest_files(
         }
     }
 
-    let mut files = BTreeMap::new();
+    // First the tree and the headers: (key, blob, size) of every manifest file.
+    let mut blobs: Vec<(String, ObjectId, u64)> = Vec::new();
+    let mut total: u64 = 0;
     // Depth-first with an explicit stack: a hostile repository cannot overflow ours.
     let mut pending = vec![(tree, String::new())];
     while let Some((tree, prefix)) = pending.pop() {
@@ -145,16 +150,36 @@ pub(crate) fn read_manifest_files(
                         bytes,
                     });
                 }
-                let mut blob = repo.find_blob(entry.id).map_err(read)?;
-                let contents =
-                    String::from_utf8(blob.take_data()).map_err(|err| SourceError::NotUtf8 {
-                        path: sub_path.join(&key),
+                total = total.saturating_add(bytes);
+                blobs.push((key, entry.id, bytes));
+                if blobs.len() > MAX_REVISION_FILES || total > MAX_REVISION_BYTES as u64 {
+                    let largest = blobs
+                        .iter()
+                        .max_by(|a, b| a.2.cmp(&b.2).then_with(|| b.0.cmp(&a.0)))
+                        .map(|(key, _, bytes)| (sub_path.join(key), *bytes))
+                        .unwrap_or_default();
+                    return Err(SourceError::RevisionTooLarge {
+                        path: sub_path.display(),
                         commit,
-                        source: err.utf8_error(),
-                    })?;
-                files.insert(key, contents);
+                        files: blobs.len(),
+                        bytes: total,
+                        largest: largest.0,
+                        largest_bytes: largest.1,
+                    });
+                }
             }
         }
+    }
+
+    let mut files = BTreeMap::new();
+    for (key, id, _) in blobs {
+        let mut blob = repo.find_blob(id).map_err(read)?;
+        let contents = String::from_utf8(blob.take_data()).map_err(|err| SourceError::NotUtf8 {
+            path: sub_path.join(&key),
+            commit,
+            source: err.utf8_error(),
+        })?;
+        files.insert(key, contents);
     }
     Ok(files)
 }
