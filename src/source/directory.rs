@@ -3,12 +3,14 @@
 //!
 //! Dot-files and dot-directories (`.git`, `.github`, editor files) are skipped. Symlinks are
 //! not followed, so a link cannot pull files from outside the repository into a revision.
-//! A file over [`MAX_FILE_BYTES`] is refused from its size, before it is read.
+//! A file over [`MAX_FILE_BYTES`] is refused from its size, before it is read, and so are more
+//! files than [`MAX_REVISION_FILES`] or more bytes in all than [`MAX_REVISION_BYTES`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proxops_core::manifest::MAX_FILE_BYTES;
+use proxops_core::repository::{MAX_REVISION_BYTES, MAX_REVISION_FILES};
 
 /// Reading a checkout failed.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +39,23 @@ pub enum DirectoryError {
         /// Its size.
         bytes: u64,
     },
+    /// The manifest files hold more than a revision may (count or bytes in all).
+    #[error(
+        "the manifest files below {} are too many or too large: {files} or more files of \
+         {bytes} or more bytes, more than the {} files or {} MiB a revision may hold; remove \
+         large or generated .yaml files, or split the repository",
+        .root.display(),
+        MAX_REVISION_FILES,
+        MAX_REVISION_BYTES / (1024 * 1024)
+    )]
+    RevisionTooLarge {
+        /// The directory read.
+        root: PathBuf,
+        /// Files counted when a limit was passed.
+        files: usize,
+        /// Bytes counted when a limit was passed.
+        bytes: u64,
+    },
     /// A file could not be read (or is not UTF-8).
     #[error("reading {}", .path.display())]
     Read {
@@ -54,6 +73,7 @@ pub fn read_manifest_files(root: &Path) -> Result<BTreeMap<String, String>, Dire
         return Err(DirectoryError::NotADirectory(root.to_path_buf()));
     }
     let mut files = BTreeMap::new();
+    let mut total: u64 = 0;
     let walker = walkdir::WalkDir::new(root)
         .follow_links(false)
         .sort_by_file_name()
@@ -79,6 +99,14 @@ pub fn read_manifest_files(root: &Path) -> Result<BTreeMap<String, String>, Dire
             return Err(DirectoryError::TooLarge {
                 path: path.to_path_buf(),
                 bytes,
+            });
+        }
+        total = total.saturating_add(bytes);
+        if files.len() >= MAX_REVISION_FILES || total > MAX_REVISION_BYTES as u64 {
+            return Err(DirectoryError::RevisionTooLarge {
+                root: root.to_path_buf(),
+                files: files.len() + 1,
+                bytes: total,
             });
         }
         let contents = std::fs::read_to_string(path).map_err(|source| DirectoryError::Read {
@@ -143,6 +171,23 @@ mod tests {
                 "{}/huge.yaml is 8388609 bytes, more than the 8 MiB a manifest file may hold",
                 dir.path().display()
             )
+        );
+    }
+
+    #[test]
+    fn files_over_the_revision_byte_budget_are_refused_before_they_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..5 {
+            let file = std::fs::File::create(dir.path().join(format!("f{i}.yaml"))).unwrap();
+            file.set_len(7 * 1024 * 1024).unwrap();
+        }
+        let err = read_manifest_files(dir.path()).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "too many or too large: 5 or more files of 36700160 or more bytes, more than \
+                 the 20000 files or 32 MiB a revision may hold"
+            ),
+            "{err}"
         );
     }
 
