@@ -493,6 +493,11 @@ impl GitSource {
         config
             .set_value(&gix::config::tree::Ssh::VARIANT, "ssh")
             .map_err(mirror_error)?;
+        // No redirect is followed: a forge that moves the repository (or is made to point
+        // elsewhere) gets an error naming the remote, and the URL is changed by the operator.
+        config
+            .set_value(&gix::config::tree::Http::FOLLOW_REDIRECTS, "false")
+            .map_err(mirror_error)?;
         config.commit().map_err(mirror_error)?;
         Ok(repo)
     }
@@ -534,10 +539,15 @@ impl GitSource {
             .with_fetch_tags(gix::remote::fetch::Tags::None);
         let mut connection = remote.connect(Direction::Fetch).map_err(fetch_error)?;
         let token = self.token.clone();
+        let configured = self.url.clone();
         // Never fall back to git's credential helpers or a terminal prompt: an agent has no
-        // one to ask, and the host's helpers are not ours to use.
+        // one to ask, and the host's helpers are not ours to use. The token goes only to the
+        // configured scheme, host and port (SECURITY-AUDIT.md M1: after a redirect to another
+        // host, gix asks again for the URL it was redirected to, and got the token).
         connection.set_credentials(move |action| match (action, &token) {
-            (gix::credentials::helper::Action::Get(context), Some(token)) => {
+            (gix::credentials::helper::Action::Get(context), Some(token))
+                if is_configured_remote(&context, &configured) =>
+            {
                 Ok(Some(gix::credentials::protocol::Outcome {
                     identity: gix::sec::identity::Account {
                         username: TOKEN_USER.to_owned(),
@@ -617,6 +627,28 @@ fn remove_stale_locks(mirror: &Path) -> Result<(), SourceError> {
         std::fs::remove_file(&path).map_err(|source| SourceError::StaleLock { path, source })?;
     }
     Ok(())
+}
+
+/// Whether a credential request is for the configured remote: the same scheme, host and port
+/// (the port the scheme implies when none is written). A request without a URL is refused.
+fn is_configured_remote(
+    context: &gix::credentials::protocol::Context,
+    configured: &gix::Url,
+) -> bool {
+    let Some(asked) = context
+        .url
+        .as_ref()
+        .and_then(|url| gix::url::parse(url.as_bstr()).ok())
+    else {
+        return false;
+    };
+    let same_host = match (asked.host(), configured.host()) {
+        (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+        _ => false,
+    };
+    asked.scheme == configured.scheme
+        && same_host
+        && asked.port_or_default() == configured.port_or_default()
 }
 
 fn tracking_ref(branch: &str) -> String {
@@ -1319,6 +1351,18 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
 
     /// An https server that rejects every request with 401 and records `Authorization` headers.
     fn serve_unauthorized() -> (u16, Arc<Mutex<Vec<String>>>) {
+        serve_https(|_| {
+            "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"ops\"\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+                .to_owned()
+        })
+    }
+
+    /// An https server on 127.0.0.1 that answers every request with `respond(request line)`
+    /// and records every request line and `Authorization` header it receives.
+    fn serve_https(
+        respond: impl Fn(&str) -> String + Send + 'static,
+    ) -> (u16, Arc<Mutex<Vec<String>>>) {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -1343,8 +1387,10 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
                 let connection = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
                 let mut tls = rustls::StreamOwned::new(connection, stream);
                 let mut headers = Vec::new();
+                let mut request_line = String::new();
                 {
                     let mut reader = BufReader::new(&mut tls);
+                    let _ = reader.read_line(&mut request_line);
                     let mut line = String::new();
                     while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
                         headers.push(std::mem::take(&mut line));
@@ -1357,10 +1403,11 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
                         record.lock().unwrap().push(value.trim().to_owned());
                     }
                 }
-                let _ = tls.write_all(
-                    b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"ops\"\r\n\
-                      Content-Length: 0\r\nConnection: close\r\n\r\n",
-                );
+                record
+                    .lock()
+                    .unwrap()
+                    .push(format!("request {}", request_line.trim()));
+                let _ = tls.write_all(respond(&request_line).as_bytes());
                 tls.conn.send_close_notify();
                 let _ = tls.flush();
             }
@@ -1435,6 +1482,69 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
     }
 
     #[test]
+    fn the_git_token_is_not_sent_to_another_host_after_a_redirect() {
+        const TOKEN: &str = "glpat-FILE-TOKEN-for-the-forge";
+        // B, the other host (`localhost`, another port): asks for credentials and records them.
+        let (other, seen_by_other) = serve_unauthorized();
+        // A, the configured forge: redirects every request to B.
+        let (forge, seen_by_forge) = serve_https(move |request| {
+            let target = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            format!(
+                "HTTP/1.1 302 Found\r\nLocation: https://localhost:{other}{target}\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+        });
+        let state = tempfile::tempdir().unwrap();
+        let mut settings = config(&format!("https://127.0.0.1:{forge}/ops.git"));
+        settings.token = Some(SecretString::from(TOKEN));
+        let mut source = GitSource::open(&settings, state.path()).unwrap();
+        source.accept_invalid_certs = true;
+
+        let err = fetch(&source).unwrap_err();
+
+        assert!(matches!(err, SourceError::Fetch { .. }), "{err:?}");
+        let forge_saw = seen_by_forge.lock().unwrap().clone();
+        assert!(
+            forge_saw.iter().any(|l| l.starts_with("request GET /ops.git/info/refs")),
+            "{forge_saw:?}"
+        );
+        let other_saw = seen_by_other.lock().unwrap().clone();
+        assert!(
+            other_saw.iter().all(|l| l.starts_with("request ")),
+            "the other host got credentials: {other_saw:?}"
+        );
+        // Redirects are not followed at all (with them followed, the other host gets the
+        // request without credentials: checked by hand with `http.followRedirects=initial`).
+        assert!(other_saw.is_empty(), "{other_saw:?}");
+        assert!(!chain(&err).contains(TOKEN), "{}", chain(&err));
+    }
+
+    #[test]
+    fn credentials_are_answered_only_for_the_configured_scheme_host_and_port() {
+        let configured = gix::url::parse("https://git.example.org/ops.git".as_bytes().as_bstr()).unwrap();
+        let asked = |url: Option<&str>| gix::credentials::protocol::Context {
+            url: url.map(Into::into),
+            ..Default::default()
+        };
+        for same in [
+            "https://git.example.org/ops.git",
+            "https://GIT.example.org:443/other/path.git",
+        ] {
+            assert!(is_configured_remote(&asked(Some(same)), &configured), "{same}");
+        }
+        for other in [
+            "https://localhost/ops.git",
+            "https://git.example.org:8443/ops.git",
+            "http://git.example.org/ops.git",
+            "https://git.example.org.evil.example/ops.git",
+            "ssh://git@git.example.org/ops.git",
+        ] {
+            assert!(!is_configured_remote(&asked(Some(other)), &configured), "{other}");
+        }
+        assert!(!is_configured_remote(&asked(None), &configured));
+    }
+
+    #[test]
     fn without_a_token_no_credentials_are_sent_and_nobody_is_prompted() {
         let (port, seen) = serve_unauthorized();
         let url = format!("https://127.0.0.1:{port}/ops.git");
@@ -1445,7 +1555,8 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
         let err = fetch(&source).unwrap_err();
 
         assert!(matches!(err, SourceError::Fetch { .. }), "{err:?}");
-        assert!(seen.lock().unwrap().is_empty());
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.iter().all(|l| l.starts_with("request ")), "{seen:?}");
     }
 
     #[test]
