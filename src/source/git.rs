@@ -561,7 +561,7 @@ impl GitSource {
         });
         #[cfg(test)]
         if self.accept_invalid_certs {
-            connection.set_transport_options(tests::accept_invalid_certs());
+            connection.set_transport_options(tests::accept_invalid_certs(repo, &self.url));
         }
         let prepare = connection
             .prepare_fetch(
@@ -1313,8 +1313,12 @@ mod tests {
         }
     }
 
-    /// Transport options that make the reqwest backend skip certificate verification.
-    pub(super) fn accept_invalid_certs() -> Box<dyn std::any::Any> {
+    /// The transport options the mirror's config gives `url` (redirects and all), with the
+    /// reqwest backend made to skip certificate verification.
+    pub(super) fn accept_invalid_certs(
+        repo: &gix::Repository,
+        url: &gix::Url,
+    ) -> Box<dyn std::any::Any> {
         use gix::protocol::transport::client::blocking_io::http;
         let backend = http::reqwest::Options {
             configure_client: Some(Box::new(|builder| {
@@ -1322,10 +1326,14 @@ mod tests {
             })),
             configure_request: None,
         };
-        Box::new(http::Options {
-            backend: Some(Arc::new(Mutex::new(backend))),
-            ..http::Options::default()
-        })
+        let configured = url.to_bstring();
+        let mut options = repo
+            .transport_options(configured.as_bstr(), None)
+            .unwrap()
+            .and_then(|options| options.downcast::<http::Options>().ok())
+            .map_or_else(http::Options::default, |options| *options);
+        options.backend = Some(Arc::new(Mutex::new(backend)));
+        Box::new(options)
     }
 
     /// A throwaway self-signed certificate for 127.0.0.1 (P-256), for the https test server.
