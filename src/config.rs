@@ -83,6 +83,9 @@ pub struct SourceConfig {
     pub token: Option<SecretString>,
     /// SSH private key file (passed to ssh, never read into memory).
     pub ssh_key_file: Option<PathBuf>,
+    /// The forge's host keys (`known_hosts_file`): the only keys ssh accepts. Required for an
+    /// ssh source, so no host key is trusted on first use.
+    pub known_hosts_file: Option<PathBuf>,
 }
 
 /// `[source] poll`: an interval or a cron expression.
@@ -238,6 +241,7 @@ struct RawSource {
     poll: Option<String>,
     token_file: Option<PathBuf>,
     ssh_key_file: Option<PathBuf>,
+    known_hosts_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -379,6 +383,33 @@ impl AgentConfig {
                             .to_owned(),
                     ));
                 }
+                let known_hosts_file = s.known_hosts_file.as_deref().map(resolve);
+                match (is_ssh_url(&s.url), &known_hosts_file) {
+                    (true, None) => {
+                        return Err(invalid(
+                            "source.known_hosts_file",
+                            missing_known_hosts(&s.url),
+                        ));
+                    }
+                    (true, Some(file)) if !file.is_file() => {
+                        return Err(invalid(
+                            "source.known_hosts_file",
+                            format!(
+                                "{} is not a file; {}",
+                                file.display(),
+                                missing_known_hosts(&s.url)
+                            ),
+                        ));
+                    }
+                    (false, Some(_)) => {
+                        return Err(invalid(
+                            "source.known_hosts_file",
+                            "only an ssh source uses it; remove it, or use an ssh:// URL"
+                                .to_owned(),
+                        ));
+                    }
+                    _ => {}
+                }
                 Some(SourceConfig {
                     url: s.url,
                     branch: s.branch.unwrap_or_else(|| DEFAULT_BRANCH.to_owned()),
@@ -386,6 +417,7 @@ impl AgentConfig {
                     poll,
                     token,
                     ssh_key_file: s.ssh_key_file.map(|f| resolve(&f)),
+                    known_hosts_file,
                 })
             }
         };
@@ -530,6 +562,36 @@ impl AgentConfig {
             secrets,
         })
     }
+}
+
+/// Whether `[source] url` is fetched over ssh: `ssh://` (and git's `git+ssh://`, `ssh+git://`)
+/// or the scp-like `user@host:path`.
+fn is_ssh_url(url: &str) -> bool {
+    ["ssh://", "git+ssh://", "ssh+git://"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
+        || (!url.contains("://") && url.contains(':'))
+}
+
+/// What to do when an ssh source has no `known_hosts_file`, naming the forge's host.
+fn missing_known_hosts(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/']).next().unwrap_or(rest);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match url.contains("://") {
+        true => match host_port.rsplit_once(':') {
+            Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => (host, Some(port)),
+            _ => (host_port, None),
+        },
+        false => (host_port.split(':').next().unwrap_or(host_port), None),
+    };
+    let port_flag = port.map_or_else(String::new, |p| format!("-p {p} "));
+    format!(
+        "an ssh source needs the forge's host keys, so that no key is trusted on first use: \
+         run `ssh-keyscan {port_flag}{host} > /etc/proxops/known_hosts`, compare \
+         `ssh-keygen -lf /etc/proxops/known_hosts` with the fingerprints {host} publishes, \
+         and set known_hosts_file = \"/etc/proxops/known_hosts\""
+    )
 }
 
 /// The environment variable systemd sets for a unit with `LoadCredential=`.
@@ -759,8 +821,9 @@ write_breaker_cool_down = "90s"
     #[test]
     fn relative_secret_files_are_read_from_the_credentials_directory_when_systemd_passed_them() {
         let (dir, path) = write_config(
-            "node = \"pve1\"\n[webhook]\nsecret_file = \"webhook-secret\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"pve-token-secret\"\nca_file = \"pve-root-ca\"\n[source]\nurl = \"ssh://git@example.org/ops.git\"\nssh_key_file = \"git-ssh-key\"\n",
+            "node = \"pve1\"\n[webhook]\nsecret_file = \"webhook-secret\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"pve-token-secret\"\nca_file = \"pve-root-ca\"\n[source]\nurl = \"ssh://git@example.org/ops.git\"\nssh_key_file = \"git-ssh-key\"\nknown_hosts_file = \"known_hosts\"\n",
         );
+        std::fs::write(dir.path().join("known_hosts"), "example.org ssh-ed25519 AAAA\n").unwrap();
         let credentials = dir.path().join("credentials");
         std::fs::create_dir(&credentials).unwrap();
         std::fs::write(credentials.join("pve-token-secret"), "from-credentials\n").unwrap();
@@ -784,6 +847,58 @@ write_breaker_cool_down = "90s"
             config.pve.trust,
             Trust::CaFile(dir.path().join("pve-root-ca"))
         );
+    }
+
+    #[test]
+    fn an_ssh_source_without_known_hosts_is_refused_with_how_to_get_the_forge_key() {
+        for (url, scan) in [
+            ("ssh://git@git.example.org:2222/ops.git", "ssh-keyscan -p 2222 git.example.org"),
+            ("git@git.example.org:ops/infra.git", "ssh-keyscan git.example.org"),
+        ] {
+            let (_dir, path) = write_config(&format!(
+                "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ninsecure = true\n\
+                 token_secret_file = \"t\"\n[source]\nurl = \"{url}\"\n"
+            ));
+            std::fs::write(path.with_file_name("t"), "x").unwrap();
+            let err = AgentConfig::load(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("source.known_hosts_file: an ssh source needs the forge's host keys")
+                    && err.contains(scan)
+                    && err.contains("ssh-keygen -lf"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_ssh_source_with_known_hosts_gets_strict_host_key_checking_against_that_file() {
+        let (dir, path) = write_config(
+            "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ninsecure = true\n\
+             token_secret_file = \"t\"\n[source]\nurl = \"ssh://git@git.example.org/ops.git\"\n\
+             known_hosts_file = \"forge_known_hosts\"\n",
+        );
+        std::fs::write(dir.path().join("t"), "x").unwrap();
+        let err = AgentConfig::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("forge_known_hosts is not a file; an ssh source needs"),
+            "{err}"
+        );
+        std::fs::write(dir.path().join("forge_known_hosts"), "git.example.org ssh-ed25519 A\n")
+            .unwrap();
+        let config = AgentConfig::load(&path).unwrap();
+        assert_eq!(
+            config.source.unwrap().known_hosts_file,
+            Some(dir.path().join("forge_known_hosts"))
+        );
+
+        let (dir, path) = write_config(
+            "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ninsecure = true\n\
+             token_secret_file = \"t\"\n[source]\nurl = \"https://git.example.org/ops.git\"\n\
+             known_hosts_file = \"forge_known_hosts\"\n",
+        );
+        std::fs::write(dir.path().join("t"), "x").unwrap();
+        let err = AgentConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains("source.known_hosts_file: only an ssh source uses it"), "{err}");
     }
 
     #[test]

@@ -254,6 +254,7 @@ pub struct GitSource {
     sub_path: SubPath,
     token: Option<SecretString>,
     ssh_key_file: Option<PathBuf>,
+    known_hosts_file: Option<PathBuf>,
     mirror: PathBuf,
     /// Serialises fetches into the one mirror.
     fetching: Mutex<()>,
@@ -330,6 +331,7 @@ impl GitSource {
             sub_path,
             token: config.token.clone(),
             ssh_key_file: config.ssh_key_file.clone(),
+            known_hosts_file: config.known_hosts_file.clone(),
             mirror,
             fetching: Mutex::new(()),
             #[cfg(test)]
@@ -487,7 +489,11 @@ impl GitSource {
         config
             .set_value(
                 &gix::config::tree::Core::SSH_COMMAND,
-                ssh_command(self.ssh_key_file.as_deref()).as_str(),
+                ssh_command(
+                    self.ssh_key_file.as_deref(),
+                    self.known_hosts_file.as_deref(),
+                )
+                .as_str(),
             )
             .map_err(mirror_error)?;
         config
@@ -660,13 +666,23 @@ fn tracking_ref(branch: &str) -> String {
 /// prompting for a passphrase or password nobody can type; the timeouts keep a dead server
 /// from holding a fetch (and so the agent's shutdown) forever, since gix checks the interrupt
 /// flag while receiving the pack, not while connecting.
-fn ssh_command(key_file: Option<&Path>) -> String {
+///
+/// Host keys: `StrictHostKeyChecking=yes` always, so an unknown key is refused rather than
+/// trusted on first use (SECURITY-AUDIT.md M2), and with `[source] known_hosts_file` that
+/// file is the only one consulted (the config requires it for ssh sources).
+fn ssh_command(key_file: Option<&Path>, known_hosts: Option<&Path>) -> String {
+    let quote = |path: &Path| path.to_string_lossy().replace('\'', r"'\''");
     let identity = key_file.map_or_else(String::new, |key| {
-        let key = key.to_string_lossy().replace('\'', r"'\''");
-        format!("-i '{key}' -o IdentitiesOnly=yes ")
+        format!("-i '{}' -o IdentitiesOnly=yes ", quote(key))
+    });
+    let known = known_hosts.map_or_else(String::new, |file| {
+        format!(
+            "-o UserKnownHostsFile='{}' -o GlobalKnownHostsFile=/dev/null ",
+            quote(file)
+        )
     });
     format!(
-        "ssh {identity}-o StrictHostKeyChecking=accept-new -o BatchMode=yes \
+        "ssh {identity}{known}-o StrictHostKeyChecking=yes -o BatchMode=yes \
          -o ConnectTimeout=30 -o ServerAliveInterval=15 -o ServerAliveCountMax=4"
     )
 }
@@ -706,6 +722,7 @@ mod tests {
             poll: Poll::Every(Duration::from_secs(60)),
             token: None,
             ssh_key_file: None,
+            known_hosts_file: None,
         }
     }
 
@@ -1575,6 +1592,8 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
         let url = format!("ssh://git@127.0.0.1:{}/ops.git", closed_port());
         let mut settings = config(&url);
         settings.ssh_key_file = Some(key.clone());
+        let known_hosts = state.path().join("forge's known_hosts");
+        settings.known_hosts_file = Some(known_hosts.clone());
         let source = GitSource::open(&settings, state.path()).unwrap();
 
         let repo = source.open_mirror().unwrap();
@@ -1583,10 +1602,12 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
         assert_eq!(
             command,
             format!(
-                "ssh -i '{}' -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new \
+                "ssh -i '{}' -o IdentitiesOnly=yes -o UserKnownHostsFile='{}' \
+                 -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes \
                  -o BatchMode=yes -o ConnectTimeout=30 -o ServerAliveInterval=15 \
                  -o ServerAliveCountMax=4",
-                key.display().to_string().replace('\'', r"'\''")
+                key.display().to_string().replace('\'', r"'\''"),
+                known_hosts.display().to_string().replace('\'', r"'\''")
             )
         );
         let on_disk = std::fs::read_to_string(source.mirror_path().join("config")).unwrap();
@@ -1605,12 +1626,13 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
     }
 
     #[test]
-    fn without_a_key_file_ssh_still_never_prompts() {
-        let command = ssh_command(None);
+    fn without_a_key_file_ssh_still_never_prompts_nor_trusts_an_unknown_host_key() {
+        let command = ssh_command(None, None);
         assert!(
-            command.starts_with("ssh -o StrictHostKeyChecking=accept-new"),
+            command.starts_with("ssh -o StrictHostKeyChecking=yes"),
             "{command}"
         );
+        assert!(!command.contains("accept-new"), "{command}");
         assert!(command.contains("-o BatchMode=yes"), "{command}");
         assert!(!command.contains("-i "), "{command}");
     }
