@@ -111,6 +111,15 @@ else
   verify_unit "$unit" "proxops-agent.service: Command /usr/bin/proxops is not executable: No such file or directory"
 fi
 echo "check-deb: systemd-analyze verify (extracted unit): OK"
+# The resource controls and the CA credential (SECURITY-AUDIT.md L4, L5) stay in the unit.
+for setting in MemoryHigh= MemoryMax= OOMScoreAdjust= LimitNOFILE=65536 TasksMax= LimitCORE=0 \
+  LoadCredential=pve-root-ca:/etc/pve/pve-root-ca.pem; do
+  grep -q "^$setting" "$unit" || fail "the unit lacks $setting"
+done
+if grep -q '^SupplementaryGroups=' "$unit"; then
+  fail "the unit sets SupplementaryGroups= (the CA comes as a credential)"
+fi
+echo "check-deb: resource controls and the CA credential: OK"
 if systemd-analyze security --help 2>/dev/null | grep -q -- --offline; then
   systemd-analyze security --offline=yes --no-pager "$unit" 2>/dev/null | tail -n 1 || true
 fi

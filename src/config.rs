@@ -17,6 +17,9 @@ use serde::Deserialize;
 pub const DEFAULT_PVE_URL: &str = "https://127.0.0.1:8006";
 /// Default `[pve] ca_file`: the cluster CA present on every PVE node.
 pub const DEFAULT_CA_FILE: &str = "/etc/pve/pve-root-ca.pem";
+/// The credential id under which the packaged unit hands over [`DEFAULT_CA_FILE`]; without
+/// `ca_file`, `fingerprint` or `insecure`, a non-blank credential of that name is the CA.
+pub const CA_CREDENTIAL: &str = "pve-root-ca";
 /// Default `state_dir`.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/proxops";
 /// Default `[http] listen` (the Go ProxOps port).
@@ -480,6 +483,15 @@ impl AgentConfig {
                 Trust::Fingerprint(fp.to_ascii_uppercase())
             }
             (None, None, true) => Trust::Insecure,
+            // The packaged unit hands the CA over as a credential (LoadCredential=), so the
+            // agent needs no www-data group to read /etc/pve; a blank one is its fallback.
+            (None, None, false)
+                if let Some(credential) = credentials.map(|dir| dir.join(CA_CREDENTIAL))
+                    && std::fs::read_to_string(&credential)
+                        .is_ok_and(|pem| !pem.trim().is_empty()) =>
+            {
+                Trust::CaFile(credential)
+            }
             (None, None, false) if Path::new(DEFAULT_CA_FILE).exists() => {
                 Trust::CaFile(PathBuf::from(DEFAULT_CA_FILE))
             }
@@ -899,6 +911,34 @@ write_breaker_cool_down = "90s"
         std::fs::write(dir.path().join("t"), "x").unwrap();
         let err = AgentConfig::load(&path).unwrap_err().to_string();
         assert!(err.contains("source.known_hosts_file: only an ssh source uses it"), "{err}");
+    }
+
+    #[test]
+    fn without_ca_settings_the_cluster_ca_credential_is_trusted_unless_blank() {
+        let (dir, path) = write_config(
+            "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"t\"\n",
+        );
+        std::fs::write(dir.path().join("t"), "x").unwrap();
+        let credentials = dir.path().join("credentials");
+        std::fs::create_dir(&credentials).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(credentials.join(CA_CREDENTIAL), "-----BEGIN CERTIFICATE-----\n").unwrap();
+        let config = AgentConfig::from_toml_with_credentials(&path, &text, Some(&credentials))
+            .unwrap();
+        assert_eq!(config.pve.trust, Trust::CaFile(credentials.join(CA_CREDENTIAL)));
+        // The unit's blank fallback: the default file, or the error that asks for a setting.
+        std::fs::write(credentials.join(CA_CREDENTIAL), "\n").unwrap();
+        let fallback = AgentConfig::from_toml_with_credentials(&path, &text, Some(&credentials));
+        match fallback {
+            Ok(config) => assert_eq!(
+                config.pve.trust,
+                Trust::CaFile(PathBuf::from(DEFAULT_CA_FILE))
+            ),
+            Err(err) => assert!(
+                err.to_string().contains("no way to trust PVE's certificate"),
+                "{err}"
+            ),
+        }
     }
 
     #[test]
