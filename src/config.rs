@@ -835,7 +835,11 @@ write_breaker_cool_down = "90s"
         let (dir, path) = write_config(
             "node = \"pve1\"\n[webhook]\nsecret_file = \"webhook-secret\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"pve-token-secret\"\nca_file = \"pve-root-ca\"\n[source]\nurl = \"ssh://git@example.org/ops.git\"\nssh_key_file = \"git-ssh-key\"\nknown_hosts_file = \"known_hosts\"\n",
         );
-        std::fs::write(dir.path().join("known_hosts"), "example.org ssh-ed25519 AAAA\n").unwrap();
+        std::fs::write(
+            dir.path().join("known_hosts"),
+            "example.org ssh-ed25519 AAAA\n",
+        )
+        .unwrap();
         let credentials = dir.path().join("credentials");
         std::fs::create_dir(&credentials).unwrap();
         std::fs::write(credentials.join("pve-token-secret"), "from-credentials\n").unwrap();
@@ -864,8 +868,14 @@ write_breaker_cool_down = "90s"
     #[test]
     fn an_ssh_source_without_known_hosts_is_refused_with_how_to_get_the_forge_key() {
         for (url, scan) in [
-            ("ssh://git@git.example.org:2222/ops.git", "ssh-keyscan -p 2222 git.example.org"),
-            ("git@git.example.org:ops/infra.git", "ssh-keyscan git.example.org"),
+            (
+                "ssh://git@git.example.org:2222/ops.git",
+                "ssh-keyscan -p 2222 git.example.org",
+            ),
+            (
+                "git@git.example.org:ops/infra.git",
+                "ssh-keyscan git.example.org",
+            ),
         ] {
             let (_dir, path) = write_config(&format!(
                 "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ninsecure = true\n\
@@ -895,8 +905,11 @@ write_breaker_cool_down = "90s"
             err.contains("forge_known_hosts is not a file; an ssh source needs"),
             "{err}"
         );
-        std::fs::write(dir.path().join("forge_known_hosts"), "git.example.org ssh-ed25519 A\n")
-            .unwrap();
+        std::fs::write(
+            dir.path().join("forge_known_hosts"),
+            "git.example.org ssh-ed25519 A\n",
+        )
+        .unwrap();
         let config = AgentConfig::load(&path).unwrap();
         assert_eq!(
             config.source.unwrap().known_hosts_file,
@@ -910,7 +923,10 @@ write_breaker_cool_down = "90s"
         );
         std::fs::write(dir.path().join("t"), "x").unwrap();
         let err = AgentConfig::load(&path).unwrap_err().to_string();
-        assert!(err.contains("source.known_hosts_file: only an ssh source uses it"), "{err}");
+        assert!(
+            err.contains("source.known_hosts_file: only an ssh source uses it"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -922,10 +938,17 @@ write_breaker_cool_down = "90s"
         let credentials = dir.path().join("credentials");
         std::fs::create_dir(&credentials).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        std::fs::write(credentials.join(CA_CREDENTIAL), "-----BEGIN CERTIFICATE-----\n").unwrap();
-        let config = AgentConfig::from_toml_with_credentials(&path, &text, Some(&credentials))
-            .unwrap();
-        assert_eq!(config.pve.trust, Trust::CaFile(credentials.join(CA_CREDENTIAL)));
+        std::fs::write(
+            credentials.join(CA_CREDENTIAL),
+            "-----BEGIN CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let config =
+            AgentConfig::from_toml_with_credentials(&path, &text, Some(&credentials)).unwrap();
+        assert_eq!(
+            config.pve.trust,
+            Trust::CaFile(credentials.join(CA_CREDENTIAL))
+        );
         // The unit's blank fallback: the default file, or the error that asks for a setting.
         std::fs::write(credentials.join(CA_CREDENTIAL), "\n").unwrap();
         let fallback = AgentConfig::from_toml_with_credentials(&path, &text, Some(&credentials));
@@ -935,7 +958,8 @@ write_breaker_cool_down = "90s"
                 Trust::CaFile(PathBuf::from(DEFAULT_CA_FILE))
             ),
             Err(err) => assert!(
-                err.to_string().contains("no way to trust PVE's certificate"),
+                err.to_string()
+                    .contains("no way to trust PVE's certificate"),
                 "{err}"
             ),
         }

@@ -252,8 +252,11 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         std::fs::create_dir(out.path().join("vm")).unwrap();
         symlink(outside.path(), out.path().join("vm/homelab")).unwrap();
-        let err = write(out.path(), &adoption(&[("vm/homelab/web.yaml", "kind: VM\n")]))
-            .unwrap_err();
+        let err = write(
+            out.path(),
+            &adoption(&[("vm/homelab/web.yaml", "kind: VM\n")]),
+        )
+        .unwrap_err();
         assert!(
             format!("{:?}", err).contains("is a symbolic link; adopt never writes through links"),
             "{err:?}"
@@ -265,8 +268,11 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(out.path().join("vm/homelab")).unwrap();
         symlink(&victim, out.path().join("vm/homelab/web.yaml.proxops-tmp")).unwrap();
-        let written =
-            write(out.path(), &adoption(&[("vm/homelab/web.yaml", "kind: VM\n")])).unwrap();
+        let written = write(
+            out.path(),
+            &adoption(&[("vm/homelab/web.yaml", "kind: VM\n")]),
+        )
+        .unwrap();
         assert_eq!(written, 1);
         assert_eq!(
             std::fs::read_to_string(&victim).unwrap(),
@@ -281,8 +287,11 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(out.path().join("vm/homelab")).unwrap();
         symlink(&victim, out.path().join("vm/homelab/db.yaml")).unwrap();
-        let err =
-            write(out.path(), &adoption(&[("vm/homelab/db.yaml", "kind: VM\n")])).unwrap_err();
+        let err = write(
+            out.path(),
+            &adoption(&[("vm/homelab/db.yaml", "kind: VM\n")]),
+        )
+        .unwrap_err();
         assert!(format!("{err:?}").contains("is a symbolic link"), "{err:?}");
         assert_eq!(
             std::fs::read_to_string(&victim).unwrap(),

@@ -442,9 +442,7 @@ impl GitSource {
         let tip_only = || gix::remote::fetch::Shallow::DepthAtRemote(1.try_into().expect("1 > 0"));
         let received = match since {
             Some(since) => match self.receive(&repo, interrupt, since) {
-                Err(SourceError::Fetch { source, .. })
-                    if !interrupt.load(Ordering::Relaxed) =>
-                {
+                Err(SourceError::Fetch { source, .. }) if !interrupt.load(Ordering::Relaxed) => {
                     tracing::debug!(error = %source, "fetching the commits since the last fetch failed; fetching the tip alone");
                     self.receive(&repo, interrupt, tip_only())
                 }
@@ -1024,7 +1022,10 @@ mod tests {
 
         let err = fetch(&open(&repo.url(), state.path())).unwrap_err();
 
-        assert!(matches!(err, SourceError::RevisionTooLarge { .. }), "{err:?}");
+        assert!(
+            matches!(err, SourceError::RevisionTooLarge { .. }),
+            "{err:?}"
+        );
         assert_eq!(
             err.to_string(),
             format!(
@@ -1530,7 +1531,9 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
         assert!(matches!(err, SourceError::Fetch { .. }), "{err:?}");
         let forge_saw = seen_by_forge.lock().unwrap().clone();
         assert!(
-            forge_saw.iter().any(|l| l.starts_with("request GET /ops.git/info/refs")),
+            forge_saw
+                .iter()
+                .any(|l| l.starts_with("request GET /ops.git/info/refs")),
             "{forge_saw:?}"
         );
         let other_saw = seen_by_other.lock().unwrap().clone();
@@ -1546,7 +1549,8 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
 
     #[test]
     fn credentials_are_answered_only_for_the_configured_scheme_host_and_port() {
-        let configured = gix::url::parse("https://git.example.org/ops.git".as_bytes().as_bstr()).unwrap();
+        let configured =
+            gix::url::parse("https://git.example.org/ops.git".as_bytes().as_bstr()).unwrap();
         let asked = |url: Option<&str>| gix::credentials::protocol::Context {
             url: url.map(Into::into),
             ..Default::default()
@@ -1555,7 +1559,10 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
             "https://git.example.org/ops.git",
             "https://GIT.example.org:443/other/path.git",
         ] {
-            assert!(is_configured_remote(&asked(Some(same)), &configured), "{same}");
+            assert!(
+                is_configured_remote(&asked(Some(same)), &configured),
+                "{same}"
+            );
         }
         for other in [
             "https://localhost/ops.git",
@@ -1564,7 +1571,10 @@ oXoBzwgTsuAH1mU3WGDWaBe251s8bev+0Noo0XS4DKWUqddk3TaKX4II
             "https://git.example.org.evil.example/ops.git",
             "ssh://git@git.example.org/ops.git",
         ] {
-            assert!(!is_configured_remote(&asked(Some(other)), &configured), "{other}");
+            assert!(
+                !is_configured_remote(&asked(Some(other)), &configured),
+                "{other}"
+            );
         }
         assert!(!is_configured_remote(&asked(None), &configured));
     }

@@ -43,7 +43,7 @@ fn validate_measured(dir: &Path) -> (Output, Option<u64>, Duration) {
 }
 
 #[allow(clippy::print_stderr, reason = "the figures RELIABILITY.md reports")]
-fn report(case: &str, peak: Option<u64>, elapsed: Duration) {
+pub(crate) fn report(case: &str, peak: Option<u64>, elapsed: Duration) {
     match peak {
         Some(kib) => eprintln!(
             "hostile input: {case}: peak RSS {:.1} MiB, {elapsed:.2?}",
@@ -54,7 +54,7 @@ fn report(case: &str, peak: Option<u64>, elapsed: Duration) {
 }
 
 /// Writes `files` into a fresh repository, validates it, and checks the refusal and the peak.
-fn assert_refused(case: &str, files: &[(&str, &str)], expected: &[&str]) {
+pub(crate) fn assert_refused(case: &str, files: &[(&str, &str)], expected: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     for (name, text) in files {
         std::fs::write(dir.path().join(name), text).unwrap();
@@ -62,7 +62,7 @@ fn assert_refused(case: &str, files: &[(&str, &str)], expected: &[&str]) {
     assert_refused_in(case, dir.path(), expected);
 }
 
-fn assert_refused_in(case: &str, dir: &Path, expected: &[&str]) {
+pub(crate) fn assert_refused_in(case: &str, dir: &Path, expected: &[&str]) {
     let (output, peak, elapsed) = validate_measured(dir);
     report(case, peak, elapsed);
     let err = stderr(&output);
@@ -160,7 +160,7 @@ fn a_7_mib_scalar_is_read_and_reported_in_bounded_memory() {
 }
 
 /// A push to `main` naming `after`, so each delivery differs (identical ones are replays).
-fn push_naming(after: &str) -> String {
+pub(crate) fn push_naming(after: &str) -> String {
     format!(r#"{{"ref":"refs/heads/main","after":"{after}","commits":[]}}"#)
 }
 

@@ -21,6 +21,7 @@ mod one_iso;
 mod pve_api;
 mod readme;
 mod reliability;
+mod repository_budget;
 mod secrets_never_leak;
 mod sim;
 mod sops;

@@ -115,7 +115,11 @@ impl RevisionBudget {
     /// Adds to the shared counters; the name of the limit passed, if one was.
     fn charge(&self, documents: usize, nodes: usize, text: usize) -> Option<&'static str> {
         let over = |counter: &AtomicUsize, add: usize, limit: usize| {
-            add > 0 && counter.fetch_add(add, Ordering::Relaxed).saturating_add(add) > limit
+            add > 0
+                && counter
+                    .fetch_add(add, Ordering::Relaxed)
+                    .saturating_add(add)
+                    > limit
         };
         let passed = if over(&self.documents, documents, self.limits.documents) {
             Some("documents")
@@ -980,7 +984,10 @@ pub(crate) mod tests {
     pub(crate) fn small_bomb() -> String {
         let list = vec!["*a"; 140].join(", ");
         let lists = vec!["*b"; 140].join(", ");
-        format!("a: &a \"{}\"\nb: &b [{list}]\nc: [{lists}]\n", "x".repeat(839))
+        format!(
+            "a: &a \"{}\"\nb: &b [{list}]\nc: [{lists}]\n",
+            "x".repeat(839)
+        )
     }
 
     fn rendered(docs: &[Document]) -> Vec<String> {
@@ -1071,7 +1078,10 @@ pub(crate) mod tests {
         });
         let mut docs = Vec::new();
         for_each_document("e.yaml", &small_bomb(), &budget, |d| docs.push(d));
-        assert!(rendered(&docs)[0].contains("more than 10000 YAML nodes"), "{docs:#?}");
+        assert!(
+            rendered(&docs)[0].contains("more than 10000 YAML nodes"),
+            "{docs:#?}"
+        );
         let budget = RevisionBudget::new(RevisionLimits {
             documents: 2,
             nodes: usize::MAX,
@@ -1083,11 +1093,13 @@ pub(crate) mod tests {
         });
         assert_eq!(
             rendered(&docs),
-            ["f.yaml:5:1: error: repository too large: more than 2 documents across all \
+            [
+                "f.yaml:5:1: error: repository too large: more than 2 documents across all \
               manifest files (the revision's budget ran out in this file)\n  help: a revision \
               may hold 2 documents, 18446744073709551615 nodes and 17592186044415 MiB of text \
               after expanding aliases; check the largest files for repeated aliases, or split \
-              the repository between agents"]
+              the repository between agents"
+            ]
         );
     }
 
