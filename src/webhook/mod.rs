@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use crate::error_chain::error_text;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -180,7 +181,7 @@ fn deliver(
         Ok(event) => event,
         Err(error) => {
             WebhookMetrics::count(&metrics.rejected);
-            warn!(%provider, ?delivery, error = %error_chain(&error), "signed webhook delivery unreadable");
+            warn!(%provider, ?delivery, error = %error_text(&error), "signed webhook delivery unreadable");
             return (StatusCode::BAD_REQUEST, "unreadable event\n");
         }
     };
@@ -241,18 +242,6 @@ fn delivery_id(provider: Provider, headers: &HeaderMap) -> Option<&str> {
         }
         HeaderLookup::Absent | HeaderLookup::Repeated { .. } => None,
     }
-}
-
-/// `error: cause: cause` on one line for the log.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
