@@ -134,7 +134,12 @@ async fn find_out(
     {
         Ok(Some(upid)) => return Found::Task(upid),
         Ok(None) => {}
-        Err(e) => return lost(format!("listing PVE's tasks failed too ({})", error_text(&e))),
+        Err(e) => {
+            return lost(format!(
+                "listing PVE's tasks failed too ({})",
+                error_text(&e)
+            ));
+        }
     }
     let content = download.content.parse::<ContentType>().ok();
     match pve

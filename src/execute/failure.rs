@@ -143,7 +143,10 @@ mod tests {
     #[test]
     fn only_transient_lock_and_unknown_outcome_failures_may_heal_by_themselves() {
         assert!(FailureClass::Transient.may_heal() && FailureClass::Lock.may_heal());
-        assert!(FailureClass::Unknown.may_heal(), "the next pass observes what PVE did");
+        assert!(
+            FailureClass::Unknown.may_heal(),
+            "the next pass observes what PVE did"
+        );
         assert!(!FailureClass::Refused.may_heal() && !FailureClass::TaskFailed.may_heal());
     }
 }

@@ -188,7 +188,10 @@ impl GuestRun<'_> {
                 guest_type,
                 vmid,
                 digest,
-            } => self.config_written(*guest_type, *vmid, *digest).await.map_err(unknown),
+            } => self
+                .config_written(*guest_type, *vmid, *digest)
+                .await
+                .map_err(unknown),
         }
     }
 
@@ -231,7 +234,12 @@ impl GuestRun<'_> {
                     .get("digest")
                     .and_then(Value::as_str)
                     .map(str::to_owned),
-                Err(e) => return Err(format!("reading the config failed too ({})", error_text(&e))),
+                Err(e) => {
+                    return Err(format!(
+                        "reading the config failed too ({})",
+                        error_text(&e)
+                    ));
+                }
             };
             if now.as_deref().is_some_and(|d| d != sent) {
                 tracing::warn!(
@@ -333,7 +341,10 @@ impl GuestRun<'_> {
             GuestType::Qemu => "qmcreate",
             GuestType::Lxc => "vzcreate",
         };
-        let answer = match self.send(&req, &Self::task_of(task_type, create.vmid)).await {
+        let answer = match self
+            .send(&req, &Self::task_of(task_type, create.vmid))
+            .await
+        {
             Ok(answer) => answer,
             Err(error) => {
                 match self
@@ -501,7 +512,10 @@ impl GuestRun<'_> {
             (GuestType::Lxc, Power::Shutdown) => "vzshutdown",
             (GuestType::Lxc, Power::Reboot) => "vzreboot",
         };
-        match self.send_and_wait(&req, &Self::task_of(task_type, g.vmid)).await {
+        match self
+            .send_and_wait(&req, &Self::task_of(task_type, g.vmid))
+            .await
+        {
             // Already in the wanted state (lxc says so synchronously): nothing to do.
             Err(StepError::Failed { error, .. })
                 if (power == Power::Start && error.contains("already running"))

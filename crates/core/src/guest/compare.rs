@@ -733,20 +733,39 @@ mod tests {
             .collect()
     }
 
-
     #[test]
     fn only_create_forms_allocate_a_volume() {
         let q = GuestType::Qemu;
-        assert!(allocates_volume(q, "scsi1", "local-lvm:0,import-from=local:import/a.qcow2"));
+        assert!(allocates_volume(
+            q,
+            "scsi1",
+            "local-lvm:0,import-from=local:import/a.qcow2"
+        ));
         assert!(allocates_volume(q, "scsi1", "local-lvm:32,discard=on"));
         assert!(allocates_volume(q, "ide2", "local-lvm:cloudinit"));
         assert!(allocates_volume(q, "efidisk0", "local-lvm:1,efitype=4m"));
-        assert!(!allocates_volume(q, "scsi0", "local-lvm:vm-100-disk-0,size=32G"));
-        assert!(!allocates_volume(q, "ide2", "local:iso/debian.iso,media=cdrom"));
+        assert!(!allocates_volume(
+            q,
+            "scsi0",
+            "local-lvm:vm-100-disk-0,size=32G"
+        ));
+        assert!(!allocates_volume(
+            q,
+            "ide2",
+            "local:iso/debian.iso,media=cdrom"
+        ));
         assert!(!allocates_volume(q, "ide2", "none,media=cdrom"));
         assert!(!allocates_volume(q, "memory", "4096"));
-        assert!(allocates_volume(GuestType::Lxc, "mp0", "local-lvm:8,mp=/srv"));
-        assert!(!allocates_volume(GuestType::Lxc, "mp0", "/mnt/data,mp=/srv"));
+        assert!(allocates_volume(
+            GuestType::Lxc,
+            "mp0",
+            "local-lvm:8,mp=/srv"
+        ));
+        assert!(!allocates_volume(
+            GuestType::Lxc,
+            "mp0",
+            "/mnt/data,mp=/srv"
+        ));
     }
     #[test]
     fn a_live_config_identical_to_the_render_with_pve_extras_is_no_change() {
