@@ -253,7 +253,7 @@ impl PveError {
         match self {
             Self::Transport { kind, .. } => *kind != TransportKind::Tls,
             Self::Api { status, .. } => match status {
-                502..=504 | 595 | 596 => true,
+                502..=504 | 595..=597 => true,
                 500 => self.is_lock_timeout() || !self.is_permanent_failure(),
                 _ => false,
             },

@@ -1255,7 +1255,7 @@ mod tests {
         let distinct: std::collections::HashSet<_> =
             all.iter().map(|r| (r.method, r.template)).collect();
         assert_eq!(distinct.len(), all.len(), "one request per builder");
-        assert_eq!(all.len(), 47);
+        assert_eq!(all.len(), 48);
         for req in &all {
             // the concrete path has as many segments as its template
             assert_eq!(
