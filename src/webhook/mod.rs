@@ -194,7 +194,8 @@ fn deliver(
         }
         Event::Push { branch } if branch == state.branch => {
             let now = Instant::now();
-            if state.replays.is_replay(provider, &body, now) {
+            // Claimed before the nudge: of concurrent copies only the first may nudge.
+            if !state.replays.claim(provider, &body, now) {
                 WebhookMetrics::count(&metrics.coalesced);
                 debug!(%provider, ?delivery, %branch, "webhook push identical to one accepted recently: a replay, nothing new");
                 return (
@@ -204,13 +205,11 @@ fn deliver(
             }
             match state.nudge.try_send(Nudge { provider }) {
                 Ok(()) => {
-                    state.replays.record(provider, &body, now);
                     WebhookMetrics::count(&metrics.accepted);
                     info!(%provider, ?delivery, %branch, "webhook push: pass requested");
                     (StatusCode::ACCEPTED, "accepted\n")
                 }
                 Err(TrySendError::Full(_)) => {
-                    state.replays.record(provider, &body, now);
                     WebhookMetrics::count(&metrics.coalesced);
                     debug!(%provider, ?delivery, %branch, "webhook push: a pass is already pending");
                     (StatusCode::ACCEPTED, "coalesced with a pending pass\n")
