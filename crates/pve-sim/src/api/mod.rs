@@ -283,12 +283,10 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
 
 async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
     use Endpoint as E;
-    // The handlers' own permission checks, which PVE makes right after validation.
-    match endpoint {
-        E::GuestCreate(kind) => permission::guest_create(ctx, kind)?,
-        E::ConfigPut(kind) => permission::guest_config(ctx, kind, ctx.params.vmid("vmid")?)?,
-        E::ConfigPost => permission::guest_config(ctx, Kind::Qemu, ctx.params.vmid("vmid")?)?,
-        _ => {}
+    // qemu create's own permission checks come first in its handler (`create_vm`); the
+    // container create and config writes make theirs inside the handlers, in PVE's order.
+    if endpoint == E::GuestCreate(Kind::Qemu) {
+        permission::qemu_create(ctx)?;
     }
     match endpoint {
         E::Version => Ok(cluster::version().into()),
