@@ -528,6 +528,44 @@ pub(crate) fn allowed_tags(cluster: &Cluster, authid: &str) -> (BTreeSet<String>
     (allowed, tags.user_allow == "free")
 }
 
+/// `GET /cluster/options` (pve-manager PVE/API2/Cluster.pm @ 14a22df, `get_options`): the
+/// whole `datacenter.cfg` for callers with `Sys.Audit` on `/` (here only its tag settings:
+/// `user-tag-access`, `registered-tags`), nothing of it for others; for everyone
+/// `allowed-tags`, the sorted tags `get_allowed_tags` returns in scalar context. It lives
+/// here because its answer is the tag permission model.
+pub(crate) fn cluster_options(ctx: &Ctx) -> serde_json::Value {
+    let cluster = ctx.shared.cluster();
+    let authid = ctx.authid();
+    let mut out = serde_json::Map::new();
+    let tags = &cluster.acl.tags;
+    let configured = tags.user_allow != "free" || !tags.allow_list.is_empty();
+    if configured && cluster.acl.holds(authid, "/", &["Sys.Audit"], false) {
+        let mut access = serde_json::Map::new();
+        access.insert("user-allow".into(), tags.user_allow.clone().into());
+        if !tags.allow_list.is_empty() {
+            access.insert(
+                "user-allow-list".into(),
+                tags.allow_list.iter().cloned().collect::<Vec<_>>().into(),
+            );
+        }
+        out.insert("user-tag-access".into(), access.into());
+    }
+    if cluster.acl.holds(authid, "/", &["Sys.Audit"], false) {
+        if !tags.registered.is_empty() {
+            out.insert(
+                "registered-tags".into(),
+                tags.registered.iter().cloned().collect::<Vec<_>>().into(),
+            );
+        }
+    }
+    let (allowed, _) = allowed_tags(&cluster, authid);
+    out.insert(
+        "allowed-tags".into(),
+        allowed.into_iter().collect::<Vec<_>>().into(),
+    );
+    serde_json::Value::Object(out)
+}
+
 /// pve-guest-common `assert_tag_permissions` (src/PVE/GuestHelpers.pm @ 4a8f6cb): setting,
 /// changing or removing `tags` needs `VM.Config.Options` on the guest (never its pool); every
 /// tag added or removed that is registered, or (unless `user-allow=free`) not among the

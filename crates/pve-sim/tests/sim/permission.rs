@@ -413,3 +413,26 @@ async fn nesting_on_a_container_needs_vm_allocate_and_a_template_needs_read_acce
         "unable to use volume local:iso/netinst.iso - content type needs to be 'vztmpl'\n"
     );
 }
+
+#[tokio::test]
+async fn cluster_options_show_the_tag_settings_only_with_sys_audit_on_root() {
+    let dc = DatacenterSeed {
+        user_allow: Some("existing".into()),
+        user_allow_list: vec!["proxops".into()],
+        registered_tags: vec!["prod".into()],
+    };
+    let s = token_sim(ALL, &[], dc.clone()).await;
+    let r = s.get("/cluster/options").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.data(),
+        &serde_json::json!({
+            "user-tag-access": {"user-allow": "existing", "user-allow-list": ["proxops"]},
+            "registered-tags": ["prod"],
+            "allowed-tags": ["proxops"],
+        })
+    );
+    let s = token_sim(&all_but(&["Sys.Audit"]), &[], dc).await;
+    let r = s.get("/cluster/options").await;
+    assert_eq!(r.data(), &serde_json::json!({"allowed-tags": ["proxops"]}));
+}
