@@ -7,11 +7,18 @@
 //!   1 s polling of an unchanged repository.
 //!
 //! Run: `cargo bench --bench agent -- webhook` or `-- idle` (both by default).
+//!
+//! Benches cannot use `tests/it`'s harness (`tests/it/support/agent.rs`: `AgentToml`,
+//! `AgentProcess`), so [`setup`], [`spawn`] and [`bound_address`] are a small local equivalent
+//! of it: the agent listens on `127.0.0.1:0` and the bench reads the address it bound from
+//! `<state_dir>/http.addr`, as the tests do.
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../src/source/test_repo.rs"]
 mod test_repo;
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -46,7 +53,7 @@ struct Setup {
     repo: TestRepo,
     _daemon: test_repo::GitDaemon,
     dir: tempfile::TempDir,
-    listen: String,
+    state_dir: PathBuf,
 }
 
 async fn setup(poll: &str) -> Setup {
@@ -60,19 +67,14 @@ async fn setup(poll: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("token"), "proxops-dev-secret").unwrap();
     std::fs::write(dir.path().join("hook"), SECRET).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let state_dir = dir.path().join("state");
     std::fs::write(
         dir.path().join("agent.toml"),
         format!(
             "node = \"pve1\"\nstate_dir = \"{}\"\n[source]\nurl = \"{}\"\npoll = \"{poll}\"\n\
-             [webhook]\nsecret_file = \"hook\"\n[http]\nlisten = \"{listen}\"\n\
+             [webhook]\nsecret_file = \"hook\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
              [pve]\nurl = \"{}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{}\"\n",
-            dir.path().join("state").display(),
+            state_dir.display(),
             daemon.url("origin.git"),
             sim.base_url().trim_end_matches("/api2/json"),
             sim.fingerprint().unwrap(),
@@ -84,7 +86,7 @@ async fn setup(poll: &str) -> Setup {
         repo,
         _daemon: daemon,
         dir,
-        listen,
+        state_dir,
     }
 }
 
@@ -97,6 +99,25 @@ fn spawn(setup: &Setup) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
+}
+
+/// The address the agent bound, once it has written it to `<state_dir>/http.addr`.
+async fn bound_address(setup: &Setup) -> String {
+    let file = proxops::agent::http_addr_path(&setup.state_dir);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&file)
+            && let Ok(addr) = text.trim().parse::<SocketAddr>()
+        {
+            return addr.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent wrote no address to {}",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn attempted(http: &reqwest::Client, listen: &str) -> Option<String> {
@@ -124,21 +145,24 @@ async fn wait_for_commit(http: &reqwest::Client, listen: &str, commit: &str) {
 async fn webhook_latency() {
     let setup = setup("1h").await;
     let mut agent = spawn(&setup);
+    let listen = bound_address(&setup).await;
     let http = reqwest::Client::new();
     let head = setup.repo.head();
-    wait_for_commit(&http, &setup.listen, &head).await;
-    let body = r#"{"ref":"refs/heads/main"}"#;
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(body.as_bytes());
-    let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    wait_for_commit(&http, &listen, &head).await;
     let mut latencies = Vec::new();
     for i in 0..200 {
         let commit = setup
             .repo
             .commit_files(&[("README.md", &format!("change {i}\n"))], "change");
+        // Each push names its commit, as forges' do: identical bodies are coalesced as
+        // replays (`webhook::replay`) and would start no pass.
+        let body = format!(r#"{{"ref":"refs/heads/main","after":"{commit}"}}"#);
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        mac.update(body.as_bytes());
+        let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
         let start = Instant::now();
         let response = http
-            .post(format!("http://{}/hooks/github", setup.listen))
+            .post(format!("http://{listen}/hooks/github"))
             .header("X-GitHub-Event", "push")
             .header("X-Hub-Signature-256", &signature)
             .body(body)
@@ -146,7 +170,7 @@ async fn webhook_latency() {
             .await
             .unwrap();
         assert_eq!(response.status(), 202);
-        wait_for_commit(&http, &setup.listen, &commit).await;
+        wait_for_commit(&http, &listen, &commit).await;
         latencies.push(start.elapsed());
         // Let the pass finish before the next delivery, so each delivery starts one pass.
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -170,9 +194,10 @@ async fn idle_rss() {
         .unwrap_or(600);
     let setup = setup("1s").await;
     let mut agent = spawn(&setup);
+    let listen = bound_address(&setup).await;
     let http = reqwest::Client::new();
     let head = setup.repo.head();
-    wait_for_commit(&http, &setup.listen, &head).await;
+    wait_for_commit(&http, &listen, &head).await;
     let rss = |pid: u32| -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         status
@@ -184,10 +209,7 @@ async fn idle_rss() {
     let first = rss(agent.id());
     tokio::time::sleep(Duration::from_secs(secs)).await;
     let revisions: serde_json::Value = http
-        .get(format!(
-            "http://{}/api/v1/revisions?limit=1000",
-            setup.listen
-        ))
+        .get(format!("http://{listen}/api/v1/revisions?limit=1000"))
         .send()
         .await
         .unwrap()

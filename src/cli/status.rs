@@ -1,15 +1,17 @@
 //! `proxops status`: the last applied and last attempted revision of this node. Asks the
 //! running agent (`GET /api/v1/status` on its loopback listener) and, when none answers,
-//! reads the state database read-only, so it never writes under the agent's feet.
+//! reads the state database read-only, so it never writes under the agent's feet. An agent
+//! whose `[http] listen` has port 0 is found at the address it wrote to `state_dir/http.addr`.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use proxops_store::{Store, StoreError};
 use serde::de::DeserializeOwned;
 
-use crate::agent::{database_path, node_label};
+use crate::agent::{database_path, http_addr_path, node_label};
 use crate::cli::Exit;
 use crate::cli::pass::DEFAULT_CONFIG;
 use crate::config::AgentConfig;
@@ -46,25 +48,92 @@ pub(crate) async fn ask_agent_or_store<T: DeserializeOwned>(
     from_store: impl FnOnce(&Store, &str) -> Result<T, StoreError>,
 ) -> anyhow::Result<T> {
     let config = AgentConfig::load(config_path)?;
-    let url = format!("http://{}{path}", config.listen);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .context("building the HTTP client")?;
-    match client.get(&url).send().await {
-        Ok(response) if response.status().is_success() => {
-            return response
-                .json()
-                .await
-                .with_context(|| format!("reading {url}"));
+    let address = agent_address(config.listen, &config.state_dir);
+    match &address {
+        Ok(listen) => {
+            let url = format!("http://{listen}{path}");
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .context("building the HTTP client")?;
+            match client.get(&url).send().await {
+                Ok(response) if response.status().is_success() => {
+                    return response
+                        .json()
+                        .await
+                        .with_context(|| format!("reading {url}"));
+                }
+                Ok(response) => {
+                    tracing::info!(status = %response.status(), "agent answered with an error; reading the database")
+                }
+                Err(error) => tracing::info!(%error, "no agent answers; reading the database"),
+            }
         }
-        Ok(response) => {
-            tracing::info!(status = %response.status(), "agent answered with an error; reading the database")
+        Err(error) => {
+            tracing::info!(error = %format!("{error:#}"), "no agent address; reading the database")
         }
-        Err(error) => tracing::info!(%error, "no agent answers; reading the database"),
     }
     let db = database_path(&config.state_dir);
-    let store = Store::open_read_only(&db)
-        .with_context(|| format!("no agent answers on {}", config.listen))?;
+    let store = Store::open_read_only(&db).with_context(|| match &address {
+        Ok(listen) => format!("no agent answers on {listen}"),
+        Err(error) => format!("no agent to ask ({error:#})"),
+    })?;
     Ok(from_store(&store, &node_label(&config.node))?)
+}
+
+/// Where the agent's status API answers: `listen` itself, or, when its port is 0 (any free
+/// port), the address the agent bound and wrote to `state_dir/http.addr`.
+fn agent_address(listen: SocketAddr, state_dir: &Path) -> anyhow::Result<SocketAddr> {
+    if listen.port() != 0 {
+        return Ok(listen);
+    }
+    let file = http_addr_path(state_dir);
+    let text = std::fs::read_to_string(&file).with_context(|| {
+        format!(
+            "[http] listen has port 0 and {} cannot be read (the agent writes the address it \
+             bound there when it starts)",
+            file.display()
+        )
+    })?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{}: `{}` is not an address", file.display(), text.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_address_is_the_configured_one_when_its_port_is_not_0() {
+        let dir = tempfile::tempdir().unwrap();
+        let listen: SocketAddr = "127.0.0.1:9494".parse().unwrap();
+        assert_eq!(agent_address(listen, dir.path()).unwrap(), listen);
+    }
+
+    #[test]
+    fn agent_address_for_port_0_is_read_from_http_addr_in_the_state_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("http.addr"), "127.0.0.1:40123\n").unwrap();
+        let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(
+            agent_address(listen, dir.path()).unwrap(),
+            "127.0.0.1:40123".parse::<SocketAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn agent_address_for_port_0_without_http_addr_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let error = format!("{:#}", agent_address(listen, dir.path()).unwrap_err());
+        let file = dir.path().join("http.addr");
+        assert!(
+            error.starts_with(&format!(
+                "[http] listen has port 0 and {} cannot be read",
+                file.display()
+            )),
+            "{error}"
+        );
+    }
 }

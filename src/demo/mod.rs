@@ -5,7 +5,7 @@
 //! generated stand-ins for the artifacts of `examples/` (whose URLs point to the internet; the
 //! demo's copy points them at this server), a git repository made from `examples/`, and an
 //! agent.toml in a temporary directory. Then it runs the real agent loop
-//! ([`crate::agent::run`], the code path of `proxops agent`) and shows: the plan of the first
+//! ([`crate::serve::run`], the code path of `proxops agent`) and shows: the plan of the first
 //! pass (computed by the same `reconcile` functions the pass uses), the pass's progress and
 //! record (read from the agent's store as it writes it), an out-of-band change made through
 //! PVE's API (a downloaded ISO deleted; a VM's memory changed when this build manages guests),
@@ -35,7 +35,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentError, database_path};
+use crate::agent::{AgentError, database_path, http_addr_path};
 use crate::config::AgentConfig;
 use crate::http::{PassJson, StatusJson};
 use crate::output;
@@ -228,8 +228,7 @@ async fn with_files(
     write_secret(&dir.join("pve-token-secret"), token_secret)?;
     let webhook_secret = secret();
     write_secret(&dir.join("webhook-secret"), &webhook_secret)?;
-    let listen = free_port()?;
-    let config_text = agent_toml(dir, &repo_dir, listen, pve_url, fingerprint);
+    let config_text = agent_toml(dir, &repo_dir, pve_url, fingerprint);
     let config_path = dir.join("agent.toml");
     std::fs::write(&config_path, &config_text)
         .with_context(|| format!("writing {}", config_path.display()))?;
@@ -261,7 +260,7 @@ async fn with_files(
     let agent = tokio::spawn({
         let shutdown = shutdown.clone();
         let config_path = config_path.clone();
-        async move { crate::agent::run(&config_path, shutdown, reload_rx).await }
+        async move { crate::serve::run(&config_path, shutdown, reload_rx).await }
     });
     let mut demo = Demo {
         http: reqwest::Client::builder()
@@ -269,7 +268,7 @@ async fn with_files(
             .timeout(Duration::from_secs(10))
             .build()
             .context("building the HTTP client")?,
-        listen,
+        listen: config.listen,
         webhook_secret,
         agent,
         store: None,
@@ -293,6 +292,7 @@ async fn with_files(
 /// The running demo: the agent and how to reach it.
 struct Demo {
     http: reqwest::Client,
+    /// The configured address until the agent has bound one (port 0: any free port).
     listen: SocketAddr,
     webhook_secret: String,
     agent: JoinHandle<Result<(), AgentError>>,
@@ -308,6 +308,7 @@ impl Demo {
         cluster: Option<&str>,
         first_total: usize,
     ) -> anyhow::Result<bool> {
+        self.wait_until_listening().await?;
         show::step(
             4,
             STEPS,
@@ -316,7 +317,6 @@ impl Demo {
                 self.listen
             ),
         );
-        self.wait_until_listening().await?;
         let (first, _) = self.follow(None, first_total).await?;
         show::pass_record(&first);
         let mut success = first.outcome.is_some_and(|o| o.is_applied());
@@ -370,21 +370,31 @@ impl Demo {
         Ok(success)
     }
 
-    /// Waits until the agent's listener answers `/healthz` (it opens its store before).
-    async fn wait_until_listening(&self) -> anyhow::Result<()> {
+    /// Waits until the agent listens (it opens its store before) and answers `/healthz`: the
+    /// config says port 0, and the agent writes the address it bound to `state_dir/http.addr`.
+    async fn wait_until_listening(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let file = http_addr_path(&self.state_dir);
         loop {
             if self.agent.is_finished() {
                 bail!("the agent stopped before it was listening");
             }
-            let url = format!("http://{}/healthz", self.listen);
-            if let Ok(response) = self.http.get(url).send().await
-                && response.status().is_success()
+            if let Ok(text) = std::fs::read_to_string(&file)
+                && let Ok(listen) = text.trim().parse()
             {
-                return Ok(());
+                self.listen = listen;
+                let url = format!("http://{listen}/healthz");
+                if let Ok(response) = self.http.get(url).send().await
+                    && response.status().is_success()
+                {
+                    return Ok(());
+                }
             }
             if Instant::now() > deadline {
-                bail!("the agent did not start listening on {}", self.listen);
+                bail!(
+                    "the agent did not start listening (its address is written to {})",
+                    file.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -608,14 +618,9 @@ fn context(config: &AgentConfig) -> anyhow::Result<Context> {
 }
 
 /// The agent's configuration: every node, the demo repository over `file://`, a poll so rare
-/// that only webhooks trigger passes after the first, secrets in files.
-fn agent_toml(
-    dir: &Path,
-    repo: &Path,
-    listen: SocketAddr,
-    pve_url: &str,
-    fingerprint: &str,
-) -> String {
+/// that only webhooks trigger passes after the first, secrets in files, the status API on any
+/// free port (the agent says which in `state_dir/http.addr`).
+fn agent_toml(dir: &Path, repo: &Path, pve_url: &str, fingerprint: &str) -> String {
     let quoted = |s: &str| toml::Value::String(s.to_owned()).to_string();
     let source = format!("file://{}", repo.display());
     let state = dir.join("state");
@@ -633,7 +638,7 @@ fn agent_toml(
          secret_file = \"webhook-secret\"\n\
          \n\
          [http]\n\
-         listen = \"{listen}\"\n\
+         listen = \"127.0.0.1:0\"\n\
          \n\
          [pve]\n\
          url = {pve_url}\n\
@@ -660,13 +665,6 @@ fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
         .open(path)
         .with_context(|| format!("creating {}", path.display()))?;
     writeln!(file, "{secret}").with_context(|| format!("writing {}", path.display()))
-}
-
-/// A free port on 127.0.0.1 for the agent's listener (bound once, then released).
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port for the agent")?;
-    Ok(listener.local_addr()?)
 }
 
 /// Serves `files` by name at `/<name>` until `stop` fires.

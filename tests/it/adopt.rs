@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::pve_api::Api;
 use crate::sim::World;
+use crate::support::agent::AgentToml;
 use crate::support::{proxops, stderr, stdout};
 
 const IMAGE: &[u8] = b"a qcow2 disk image, one GiB once imported";
@@ -231,11 +232,7 @@ fn percent_encode(text: &str) -> String {
 
 /// Points the world's agent.toml at every node and names the cluster.
 fn every_node(world: &World) {
-    let path = world.dir.path().join("agent.toml");
-    let toml = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("node = \"pve1\"", "node = \"*\"\ncluster = \"lab\"");
-    std::fs::write(path, toml).unwrap();
+    world.write_agent_toml(&world.agent_toml().node("*").cluster("lab"));
 }
 
 /// Runs `proxops adopt --config <agent.toml> --out <repo>`.
@@ -586,14 +583,7 @@ async fn ssh_keys_all_found_in_the_clusters_sops_document_are_adopted_as_referen
         Some(&std::fs::read_to_string(document).unwrap()),
     );
     let identity = crate::support::fixture("sops/getsops-sops/keys.txt");
-    let config = world.dir.path().join("agent.toml");
-    let mut toml = std::fs::read_to_string(&config).unwrap();
-    toml = toml.replace("node = \"pve1\"", "node = \"pve1\"\ncluster = \"lab\"");
-    toml.push_str(&format!(
-        "[secrets]\nage_key_file = \"{}\"\n",
-        identity.display()
-    ));
-    std::fs::write(&config, toml).unwrap();
+    world.write_agent_toml(&world.agent_toml().cluster("lab").age_key_file(&identity));
 
     let output = adopt(&world).await;
     assert_ok(&output);
@@ -711,16 +701,10 @@ async fn adopting_every_node_names_an_offline_node_as_skipped() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("repo")).unwrap();
     std::fs::write(dir.path().join("token"), "proxops-dev-secret\n").unwrap();
-    std::fs::write(
-        dir.path().join("agent.toml"),
-        format!(
-            "node = \"*\"\ncluster = \"lab\"\n[pve]\nurl = \"{}\"\ntoken_id = \"root@pam!proxops\"\n\
-             token_secret_file = \"token\"\nfingerprint = \"{}\"\n",
-            sim.base_url().trim_end_matches("/api2/json"),
-            sim.fingerprint().unwrap()
-        ),
-    )
-    .unwrap();
+    AgentToml::new(&sim)
+        .node("*")
+        .cluster("lab")
+        .write(&dir.path().join("agent.toml"));
     let world = World {
         sim,
         files_url: String::new(),

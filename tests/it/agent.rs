@@ -2,210 +2,65 @@
 //! built `proxops agent` as a child process, webhooks signed as the forges sign them, and the
 //! status API read over HTTP.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-use hmac::{KeyInit, Mac};
 
 use crate::git_server::{GitDaemon, TestRepo};
 use crate::sim::{World, artifact};
+use crate::support::agent::{AgentProcess, AgentToml, webhook_signature};
 
 const SECRET: &str = "webhook-secret-for-tests";
 const ISO: &[u8] = b"installer bytes";
 
-pub(crate) struct Agent {
-    child: Child,
-    pub(crate) config: std::path::PathBuf,
-    pub(crate) listen: String,
-    pub(crate) http: reqwest::Client,
-    /// The git server; `None` once a test stopped it.
-    pub(crate) daemon: Option<GitDaemon>,
-    pub(crate) log: std::path::PathBuf,
+/// An agent of `world` following `repo` over git:// (served while the returned daemon lives),
+/// with webhooks signed with [`SECRET`]: `configure` adjusts the defaults (node `pve1`, poll
+/// every hour); config, state directory and log are named after the node. Returns once the
+/// first pass is recorded.
+pub(crate) async fn start_agent(
+    world: &World,
+    repo: &TestRepo,
+    configure: impl FnOnce(AgentToml) -> AgentToml,
+) -> (AgentProcess, GitDaemon) {
+    let daemon = repo.serve();
+    let dir = world.dir.path();
+    let toml = configure(
+        world
+            .agent_toml()
+            .source(&daemon.url("origin.git"))
+            .webhook_secret(SECRET),
+    );
+    let node = toml.node_name().to_owned();
+    let toml = toml.state_dir(dir.join(format!("state-{node}")));
+    let agent = AgentProcess::spawn(&toml, &dir.join(format!("agent-{node}.toml")), "info");
+    agent.wait_for(|s| s["last_attempted"].is_object()).await;
+    (agent, daemon)
 }
 
-impl Agent {
-    async fn start(world: &World, repo: &TestRepo) -> Agent {
-        Agent::start_on(world, repo, "pve1").await
+/// Delivers a push webhook as `provider` sends it; the answer's status code.
+async fn deliver(
+    agent: &AgentProcess,
+    provider: &str,
+    body: &str,
+    signature: Option<String>,
+) -> u16 {
+    let mut request = agent
+        .http
+        .post(agent.url(&format!("/hooks/{provider}")))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    let (event, sig) = match provider {
+        "github" => ("X-GitHub-Event", "X-Hub-Signature-256"),
+        "gitea" => ("X-Gitea-Event", "X-Gitea-Signature"),
+        _ => ("X-Forgejo-Event", "X-Forgejo-Signature"),
+    };
+    request = request.header(event, "push");
+    if let Some(signature) = signature {
+        request = request.header(sig, signature);
     }
-
-    /// An agent for `node`, with its own config, state directory, port and log.
-    async fn start_on(world: &World, repo: &TestRepo, node: &str) -> Agent {
-        Agent::start_polling(world, repo, node, "1h").await
-    }
-
-    /// As [`Agent::start_on`], polling every `poll`.
-    pub(crate) async fn start_polling(
-        world: &World,
-        repo: &TestRepo,
-        node: &str,
-        poll: &str,
-    ) -> Agent {
-        Agent::start_with_policy(world, repo, node, poll, "").await
-    }
-
-    /// As [`Agent::start_polling`], with `policy` (TOML lines) added under `[policy]`.
-    pub(crate) async fn start_with_policy(
-        world: &World,
-        repo: &TestRepo,
-        node: &str,
-        poll: &str,
-        policy: &str,
-    ) -> Agent {
-        let daemon = repo.serve();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = format!("127.0.0.1:{port}");
-        let dir = world.dir.path();
-        std::fs::write(dir.join("hook-secret"), SECRET).unwrap();
-        let base = world.sim.base_url();
-        let config = format!(
-            "node = \"{node}\"\nstate_dir = \"{state}\"\n\
-             [source]\nurl = \"{url}\"\nbranch = \"main\"\npoll = \"{poll}\"\n\
-             [webhook]\nsecret_file = \"hook-secret\"\n\
-             [http]\nlisten = \"{listen}\"\n\
-             [pve]\nurl = \"{pve}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{fp}\"\n\
-             [policy]\ntask_timeout = \"30s\"\n{policy}",
-            state = dir.join(format!("state-{node}")).display(),
-            url = daemon.url("origin.git"),
-            pve = base.trim_end_matches("/api2/json"),
-            fp = world.sim.fingerprint().unwrap(),
-        );
-        let config_path = dir.join(format!("agent-{node}.toml"));
-        std::fs::write(&config_path, config).unwrap();
-        let config = config_path;
-        let log = dir.join(format!("agent-{node}.log"));
-        let child = spawn_agent(&config, &log);
-        let agent = Agent {
-            child,
-            config,
-            listen,
-            http: reqwest::Client::new(),
-            daemon: Some(daemon),
-            log,
-        };
-        agent.wait_for(|s| s["last_attempted"].is_object()).await;
-        agent
-    }
-
-    /// kill -9: no chance to record anything.
-    fn kill9(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    /// Starts the agent again on the same config and state directory.
-    pub(crate) fn respawn(&mut self) {
-        self.child = spawn_agent(&self.config, &self.log);
-    }
-
-    /// `proxops <command> --json --config <agent config>` (reads the DB when no agent runs).
-    pub(crate) fn cli_json(&self, command: &str) -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_proxops"))
-            .args([command, "--json", "--config"])
-            .arg(&self.config)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    pub(crate) async fn get(&self, path: &str) -> serde_json::Value {
-        let url = format!("http://{}{path}", self.listen);
-        self.http
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    /// Polls /api/v1/status until `done` holds (at most 20 s).
-    pub(crate) async fn wait_for(
-        &self,
-        done: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let url = format!("http://{}/api/v1/status", self.listen);
-            if let Ok(response) = self.http.get(url).send().await
-                && let Ok(status) = response.json::<serde_json::Value>().await
-                && done(&status)
-            {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agent did not reach the expected status in time; its log:\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn deliver(&self, provider: &str, body: &str, signature: Option<String>) -> u16 {
-        let mut request = self
-            .http
-            .post(format!("http://{}/hooks/{provider}", self.listen))
-            .header("content-type", "application/json")
-            .body(body.to_owned());
-        let (event, sig) = match provider {
-            "github" => ("X-GitHub-Event", "X-Hub-Signature-256"),
-            "gitea" => ("X-Gitea-Event", "X-Gitea-Signature"),
-            _ => ("X-Forgejo-Event", "X-Forgejo-Signature"),
-        };
-        request = request.header(event, "push");
-        if let Some(signature) = signature {
-            request = request.header(sig, signature);
-        }
-        request.send().await.unwrap().status().as_u16()
-    }
-
-    /// The process id, for signals.
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
-        crate::support::terminate(&mut self.child, Duration::from_secs(20))
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn_agent(config: &std::path::Path, log: &std::path::Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_proxops"))
-        .args(["agent", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    request.send().await.unwrap().status().as_u16()
 }
 
 fn sign(body: &str) -> String {
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(body.as_bytes());
-    hex::encode(mac.finalize().into_bytes())
+    webhook_signature(SECRET, body.as_bytes())
 }
 
 fn push_body(branch: &str) -> String {
@@ -232,7 +87,7 @@ async fn a_signed_push_webhook_gets_the_new_commit_applied_and_a_bad_signature_d
         None,
     );
     let first = repo.commit_files(&[("iso/a.yaml", &a)], "first ISO");
-    let agent = Agent::start(&world, &repo).await;
+    let (agent, _daemon) = start_agent(&world, &repo, |t| t).await;
     let status = agent
         .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(first.as_str()))
         .await;
@@ -266,7 +121,7 @@ async fn a_signed_push_webhook_gets_the_new_commit_applied_and_a_bad_signature_d
             sign(&body)
         };
         assert_eq!(
-            agent.deliver(provider, &body, Some(signature)).await,
+            deliver(&agent, provider, &body, Some(signature)).await,
             202,
             "{provider}"
         );
@@ -284,12 +139,10 @@ async fn a_signed_push_webhook_gets_the_new_commit_applied_and_a_bad_signature_d
         .len();
     let body = push_body("main");
     assert_eq!(
-        agent
-            .deliver("github", &body, Some("sha256=00".into()))
-            .await,
+        deliver(&agent, "github", &body, Some("sha256=00".into())).await,
         401
     );
-    assert_eq!(agent.deliver("github", &body, None).await, 401);
+    assert_eq!(deliver(&agent, "github", &body, None).await, 401);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         agent
@@ -303,7 +156,7 @@ async fn a_signed_push_webhook_gets_the_new_commit_applied_and_a_bad_signature_d
 
     let metrics = agent
         .http
-        .get(format!("http://{}/metrics", agent.listen))
+        .get(agent.url("/metrics"))
         .send()
         .await
         .unwrap()
@@ -337,7 +190,7 @@ async fn an_invalid_commit_is_recorded_with_its_diagnostics_and_the_last_applied
         None,
     );
     let good = repo.commit_files(&[("iso/a.yaml", &a)], "good");
-    let agent = Agent::start(&world, &repo).await;
+    let (agent, _daemon) = start_agent(&world, &repo, |t| t).await;
     agent
         .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(good.as_str()))
         .await;
@@ -346,9 +199,13 @@ async fn an_invalid_commit_is_recorded_with_its_diagnostics_and_the_last_applied
     world.sim.control().clear_requests();
     let body = push_body("main");
     assert_eq!(
-        agent
-            .deliver("github", &body, Some(format!("sha256={}", sign(&body))))
-            .await,
+        deliver(
+            &agent,
+            "github",
+            &body,
+            Some(format!("sha256={}", sign(&body)))
+        )
+        .await,
         202
     );
     let status = agent
@@ -388,7 +245,7 @@ async fn wait_for_download_post(world: &World) {
 }
 
 /// An agent whose first pass is waiting for a 4 s download of one ISO (simulated task time).
-async fn agent_mid_download() -> (World, TestRepo, Agent, String) {
+async fn agent_mid_download() -> (World, TestRepo, AgentProcess, GitDaemon, String) {
     let world = World::start_with(&[("a.iso", ISO)], Duration::from_secs(4)).await;
     let repo = TestRepo::new();
     let a = artifact(
@@ -400,10 +257,10 @@ async fn agent_mid_download() -> (World, TestRepo, Agent, String) {
         None,
     );
     let commit = repo.commit_files(&[("iso/a.yaml", &a)], "one ISO");
-    let agent = Agent::start(&world, &repo).await;
+    let (agent, daemon) = start_agent(&world, &repo, |t| t).await;
     wait_for_download_post(&world).await;
     wait_for_recorded_task(&world).await;
-    (world, repo, agent, commit)
+    (world, repo, agent, daemon, commit)
 }
 
 /// Waits until the store holds the UPID of a running action: PVE has answered and the agent
@@ -438,7 +295,7 @@ async fn wait_for_recorded_task(world: &World) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_kill_9_during_a_download_the_agent_reattaches_and_never_downloads_twice() {
-    let (world, _repo, mut agent, commit) = agent_mid_download().await;
+    let (world, _repo, mut agent, _daemon, commit) = agent_mid_download().await;
     agent.kill9();
 
     agent.respawn();
@@ -473,7 +330,7 @@ async fn after_kill_9_during_a_download_the_agent_reattaches_and_never_downloads
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_mid_pass_exits_cleanly_and_records_the_pass_as_interrupted() {
-    let (_world, _repo, mut agent, commit) = agent_mid_download().await;
+    let (_world, _repo, mut agent, _daemon, commit) = agent_mid_download().await;
     let exit = agent.terminate();
     assert!(exit.success(), "{exit:?}");
 
@@ -503,8 +360,8 @@ async fn two_agents_scoped_to_two_nodes_each_apply_only_their_own_node() {
         None,
     );
     let commit = repo.commit_files(&[("iso/a.yaml", &a)], "on both nodes");
-    let mut first = Agent::start_on(&world, &repo, "pve1").await;
-    let mut second = Agent::start_on(&world, &repo, "pve2").await;
+    let (mut first, _first_daemon) = start_agent(&world, &repo, |t| t).await;
+    let (mut second, _second_daemon) = start_agent(&world, &repo, |t| t.node("pve2")).await;
     for agent in [&first, &second] {
         agent
             .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(commit.as_str()))
@@ -554,7 +411,7 @@ async fn drift_found_on_a_poll_without_a_new_commit_is_recorded_then_resolved_af
     let repo = TestRepo::new();
     let vm = "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata:\n  name: web-1\n  annotations:\n    proxops/drift: report\nspec:\n  node: pve1\n  vmid: 101\n  state: stopped\n  memory: 512MiB\n  cpu: {type: host, cores: 1}\n  disks: [{storage: local-lvm, size: 1GiB}]\n  networks: [{bridge: vmbr0}]\n";
     let commit = repo.commit_files(&[("vm/web-1.yaml", vm)], "one VM, drift reported only");
-    let agent = Agent::start_polling(&world, &repo, "pve1", "1s").await;
+    let (agent, _daemon) = start_agent(&world, &repo, |t| t.poll("1s")).await;
     agent
         .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(commit.as_str()))
         .await;
@@ -606,4 +463,63 @@ async fn drift_found_on_a_poll_without_a_new_commit_is_recorded_then_resolved_af
     }
     let mut agent = agent;
     assert!(agent.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_on_port_0_writes_the_address_it_bound_logs_it_and_status_reaches_it() {
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    repo.commit_files(&[("README.md", "no manifests yet\n")], "empty");
+    let (mut agent, _daemon) = start_agent(&world, &repo, |t| t).await;
+    let live = agent
+        .wait_for(|s| s["last_attempted"]["outcome"].is_string())
+        .await;
+
+    let text = std::fs::read_to_string(agent.state_dir.join("http.addr")).unwrap();
+    let addr: std::net::SocketAddr = text.strip_suffix('\n').expect("one line").parse().unwrap();
+    assert_eq!(addr.ip().to_string(), "127.0.0.1", "{text}");
+    assert_ne!(addr.port(), 0, "{text}");
+    assert_eq!(agent.listening().await, addr);
+    let started = agent
+        .log_text()
+        .lines()
+        .find(|l| l.contains("agent started"))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(started.contains(&format!("listen={addr}")), "{started}");
+
+    // `proxops status` on the same config finds the agent through http.addr.
+    let out = agent
+        .cli(&["status", "--json"])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("reading the database"), "{stderr}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Only the running agent knows when it started; the database does not.
+    assert!(status["process_start"].is_string(), "{status}");
+    assert_eq!(status, live);
+    assert!(agent.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_of_a_port_0_agent_that_never_started_names_the_address_file_it_lacks() {
+    let world = World::start(&[]).await;
+    let state = world.dir.path().join("state-never");
+    let config = world
+        .agent_toml()
+        .state_dir(&state)
+        .write(&world.dir.path().join("agent-never.toml"));
+    let out = crate::support::proxops(&["status", "--config", config.to_str().unwrap()]);
+    let stderr = crate::support::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "[http] listen has port 0 and {} cannot be read",
+            state.join("http.addr").display()
+        )),
+        "{stderr}"
+    );
 }

@@ -321,18 +321,7 @@ async fn least_privilege_world(files: &[(&str, &[u8])], without: Option<&str>) -
     .await
     .unwrap();
     std::mem::replace(&mut world.sim, sim).shutdown().await;
-    let url = world.sim.base_url();
-    let url = url.trim_end_matches("/api2/json");
-    let fingerprint = world.sim.fingerprint().unwrap();
-    std::fs::write(
-        world.dir.path().join("agent.toml"),
-        format!(
-            "node = \"pve1\"\n[pve]\nurl = \"{url}\"\ntoken_id = \"{token_id}\"\n\
-             token_secret_file = \"token\"\nfingerprint = \"{fingerprint}\"\n\
-             [policy]\ntask_timeout = \"30s\"\n"
-        ),
-    )
-    .unwrap();
+    world.write_agent_toml(&world.agent_toml().token_id(&token_id));
     (world, token_id)
 }
 

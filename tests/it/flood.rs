@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::{Mutex, Semaphore};
 
-use crate::agent_process::{RunningAgent, Setup, TrustLine, push_body};
+use crate::one_iso::{Setup, TrustLine, push_body};
+use crate::support::agent::AgentProcess;
 
 /// Requests per second.
 const RATE: u64 = 1_000;
@@ -39,7 +40,7 @@ struct Figures {
 }
 
 /// Sends the flood for `duration`; probes /healthz meanwhile.
-async fn flood(agent: &RunningAgent, duration: Duration) -> Figures {
+async fn flood(agent: &AgentProcess, duration: Duration) -> Figures {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(IN_FLIGHT)
         .build()
@@ -129,6 +130,12 @@ async fn flood(agent: &RunningAgent, duration: Duration) -> Figures {
     }
 }
 
+/// The recorded passes, newest first.
+async fn passes(agent: &AgentProcess) -> Vec<serde_json::Value> {
+    let (_, body) = agent.get_text("/api/v1/revisions?limit=1000").await;
+    serde_json::from_str(&body).unwrap()
+}
+
 /// Requests other than GET the simulator answered.
 fn pve_writes(setup: &Setup) -> usize {
     setup
@@ -159,7 +166,7 @@ async fn run(seconds: u64) {
     agent
         .wait_for(|s| s["last_attempted"]["outcome"] == "applied")
         .await;
-    let before = agent.passes().await.len();
+    let before = passes(&agent).await.len();
     let writes_before = pve_writes(&setup);
     let rss_before = agent.peak_rss_kib();
 
@@ -167,11 +174,11 @@ async fn run(seconds: u64) {
     let flood_end = chrono::Utc::now();
 
     // Let a pass the flood queued run and be recorded, then count.
-    let mut after = agent.passes().await.len();
+    let mut after = passes(&agent).await.len();
     let settle = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = agent.passes().await.len();
+        let now = passes(&agent).await.len();
         if now == after && settle.elapsed() > Duration::from_secs(2) {
             break;
         }
@@ -219,7 +226,7 @@ async fn run(seconds: u64) {
         "/healthz p99 {:.1} ms",
         percentile(&latencies, 0.99)
     );
-    let passes = agent.passes().await;
+    let passes = passes(&agent).await;
     let mut spans: Vec<(DateTime<Utc>, Option<DateTime<Utc>>, String)> = passes
         .iter()
         .map(|p| {

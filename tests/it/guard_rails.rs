@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use proxops_pve_sim::HttpFault;
 
-use crate::agent::{Agent, commit_of};
+use crate::agent::{commit_of, start_agent};
 use crate::git_server::{TestRepo, git};
 use crate::sim::{World, artifact};
+use crate::support::agent::AgentProcess;
 
 const ISO: &[u8] = b"installer bytes";
 
@@ -27,39 +28,30 @@ fn iso(world: &World, name: &str) -> String {
     )
 }
 
-async fn text(agent: &Agent, path: &str) -> String {
-    agent
-        .http
-        .get(format!("http://{}{path}", agent.listen))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+async fn text(agent: &AgentProcess, path: &str) -> String {
+    agent.get_text(path).await.1
 }
 
 /// Waits (at most 20 s) until `/api/v1/revisions` holds a pass for which `found` holds.
 async fn wait_for_pass(
-    agent: &Agent,
+    agent: &AgentProcess,
     what: &str,
     found: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         // A restarted agent may not listen yet.
-        let url = format!("http://{}/api/v1/revisions?limit=1000", agent.listen);
-        let passes = match agent.http.get(url).send().await {
-            Ok(response) => response.json::<serde_json::Value>().await.unwrap(),
-            Err(_) => serde_json::Value::Array(Vec::new()),
-        };
+        let passes = agent
+            .try_get("/api/v1/revisions?limit=1000")
+            .await
+            .unwrap_or_else(|| serde_json::Value::Array(Vec::new()));
         if let Some(pass) = passes.as_array().unwrap().iter().find(|p| found(p)) {
             return pass.clone();
         }
         assert!(
             Instant::now() < deadline,
             "no pass {what}: {passes:#}\nagent log:\n{}",
-            std::fs::read_to_string(&agent.log).unwrap_or_default()
+            agent.log_text()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -84,17 +76,17 @@ fn git_daemon_on(base: &std::path::Path, port: u16) -> Child {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
         assert!(Instant::now() < deadline, "git daemon did not come back");
-        std::thread::park_timeout(Duration::from_millis(50));
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a synchronous helper; a 50 ms nap of one test thread is harmless"
+        )]
+        std::thread::sleep(Duration::from_millis(50));
     }
     child
 }
 
-fn cli_text(agent: &Agent, command: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_proxops"))
-        .args([command, "--config"])
-        .arg(&agent.config)
-        .output()
-        .unwrap();
+fn cli_text(agent: &AgentProcess, command: &str) -> String {
+    let out = agent.cli(&[command]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -109,14 +101,14 @@ async fn an_unreachable_remote_or_deleted_branch_keeps_the_last_good_revision_an
     let world = World::start(&[("a.iso", ISO), ("b.iso", ISO)]).await;
     let repo = TestRepo::new();
     let good = repo.commit_files(&[("iso/a.yaml", &iso(&world, "a"))], "one ISO");
-    let mut agent = Agent::start_polling(&world, &repo, "pve1", "1s").await;
+    let (mut agent, daemon) = start_agent(&world, &repo, |t| t.poll("1s")).await;
     agent
         .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(good.as_str()))
         .await;
-    let port = agent.daemon.as_ref().unwrap().port();
+    let port = daemon.port();
 
     // The git server stops: the agent keeps the last good revision in force, stale.
-    agent.daemon = None;
+    drop(daemon);
     let status = agent.wait_for(|s| s["desired_stale"] == true).await;
     assert!(
         status["last_error"].as_str().unwrap().contains("127.0.0.1"),
@@ -202,7 +194,7 @@ async fn a_force_pushed_branch_is_followed_and_recorded_on_the_pass_the_api_and_
     let repo = TestRepo::new();
     let base = repo.commit_files(&[("iso/a.yaml", &iso(&world, "a"))], "one ISO");
     let abandoned = repo.commit_files(&[("iso/b.yaml", &iso(&world, "b"))], "to be rewritten");
-    let mut agent = Agent::start_polling(&world, &repo, "pve1", "1s").await;
+    let (mut agent, _daemon) = start_agent(&world, &repo, |t| t.poll("1s")).await;
     agent
         .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(abandoned.as_str()))
         .await;
@@ -261,7 +253,7 @@ async fn a_failing_cluster_resources_listing_aborts_the_pass_before_any_write() 
         &[("iso/a.yaml", &iso(&world, "a")), ("vm/web-1.yaml", vm)],
         "an ISO and a VM",
     );
-    let mut agent = Agent::start_polling(&world, &repo, "pve1", "1s").await;
+    let (mut agent, _daemon) = start_agent(&world, &repo, |t| t.poll("1s")).await;
     let failed = wait_for_pass(&agent, "failed", |p| p["outcome"] == "failed").await;
     assert_eq!(failed["commit"].as_str(), Some(commit.as_str()));
     let error = failed["error"].as_str().unwrap();
@@ -324,13 +316,10 @@ async fn consecutive_failed_writes_open_the_breaker_read_only_then_a_probe_close
         ],
         "three ISOs",
     );
-    let mut agent = Agent::start_with_policy(
-        &world,
-        &repo,
-        "pve1",
-        "1s",
-        "write_breaker_threshold = 2\nwrite_breaker_cool_down = \"4s\"\n",
-    )
+    let (mut agent, _daemon) = start_agent(&world, &repo, |t| {
+        t.poll("1s")
+            .policy("write_breaker_threshold = 2\nwrite_breaker_cool_down = \"4s\"\n")
+    })
     .await;
 
     // Three failed downloads in the first pass open it (threshold 2).
@@ -455,13 +444,9 @@ async fn a_breaker_that_opens_during_a_pass_holds_back_the_later_levels() {
         .map(|(p, c)| (p.as_str(), c.as_str()))
         .collect();
     repo.commit_files(&files, "an ISO and four VMs");
-    let mut agent = Agent::start_with_policy(
-        &world,
-        &repo,
-        "pve1",
-        "1h",
-        "write_breaker_threshold = 2\nwrite_breaker_cool_down = \"1h\"\n",
-    )
+    let (mut agent, _daemon) = start_agent(&world, &repo, |t| {
+        t.policy("write_breaker_threshold = 2\nwrite_breaker_cool_down = \"1h\"\n")
+    })
     .await;
     let first = wait_for_pass(&agent, "finished", |p| p["outcome"].is_string()).await;
     assert_eq!(first["outcome"], "failed", "{first}");
@@ -501,11 +486,10 @@ async fn sighup_reloads_the_config_and_a_config_that_does_not_parse_keeps_the_ol
     let world = World::start(&[("a.iso", ISO)]).await;
     let repo = TestRepo::new();
     let commit = repo.commit_files(&[("iso/a.yaml", &iso(&world, "a"))], "one ISO");
-    let mut agent = Agent::start_polling(&world, &repo, "pve1", "1h").await;
+    let (mut agent, _daemon) = start_agent(&world, &repo, |t| t).await;
     agent
         .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(commit.as_str()))
         .await;
-    let hup = |agent: &Agent| crate::support::signal(agent.pid(), "-HUP");
 
     // Poll every hour → every second, by SIGHUP.
     let original = std::fs::read_to_string(&agent.config).unwrap();
@@ -515,7 +499,7 @@ async fn sighup_reloads_the_config_and_a_config_that_does_not_parse_keeps_the_ol
         original.replace("poll = \"1h\"", "poll = \"1s\""),
     )
     .unwrap();
-    hup(&agent);
+    agent.hup();
     wait_for_pass(&agent, "triggered by the signal", |p| {
         p["trigger"] == "signal"
     })
@@ -529,10 +513,10 @@ async fn sighup_reloads_the_config_and_a_config_that_does_not_parse_keeps_the_ol
 
     // A broken config is refused on reload, with the reason logged; the 1 s poll goes on.
     std::fs::write(&agent.config, "node = \"pve1\"\n[source\n").unwrap();
-    hup(&agent);
+    agent.hup();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
+        let log = agent.log_text();
         if log.contains("reload failed; keeping the previous configuration") {
             assert!(log.contains(&agent.config.display().to_string()), "{log}");
             break;

@@ -1057,7 +1057,7 @@ async fn a_guest_that_ignores_acpi_is_stopped_hard_after_the_shutdown_timeout() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_reports_a_changed_clone_source_as_requires_recreate_and_keeps_the_vm() {
-    use crate::agent::{Agent, commit_of};
+    use crate::agent::{commit_of, start_agent};
     use crate::git_server::TestRepo;
 
     let world = World::start(&[("debian.qcow2", IMAGE)]).await;
@@ -1082,7 +1082,7 @@ async fn the_agent_reports_a_changed_clone_source_as_requires_recreate_and_keeps
         ],
         "two templates, one clone",
     );
-    let agent = Agent::start_polling(&world, &repo, "pve1", "1s").await;
+    let (agent, _daemon) = start_agent(&world, &repo, |t| t.poll("1s")).await;
     agent
         .wait_for(|s| commit_of(s, "last_applied").as_deref() == Some(first.as_str()))
         .await;

@@ -166,7 +166,7 @@ fn push_naming(after: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_commits_are_refused_by_the_running_agent_which_keeps_the_last_good_revision() {
-    use crate::agent_process::{Setup, TrustLine};
+    use crate::one_iso::{Setup, TrustLine};
 
     let setup = Setup::start("hostile-token-secret", "hostile-webhook-secret").await;
     let agent = setup.spawn("hostile", &TrustLine::Pin, "info");
@@ -233,12 +233,12 @@ async fn hostile_commits_are_refused_by_the_running_agent_which_keeps_the_last_g
     assert_eq!(deliver(huge).await.unwrap().status(), 202);
     let limit = "iso/huge.yaml in commit";
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !agent.stderr_text().contains(limit) {
-        assert!(Instant::now() < deadline, "{}", agent.stderr_text());
+    while !agent.log_text().contains(limit) {
+        assert!(Instant::now() < deadline, "{}", agent.log_text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let line = agent
-        .stderr_text()
+        .log_text()
         .lines()
         .find(|l| l.contains(limit))
         .unwrap()

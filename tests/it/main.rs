@@ -7,7 +7,6 @@
 
 mod adopt;
 mod agent;
-mod agent_process;
 mod artifacts;
 mod check;
 mod cli_validate;
@@ -18,6 +17,7 @@ mod guard_rails;
 mod guests;
 mod hostile;
 mod migrate;
+mod one_iso;
 mod pve_api;
 mod readme;
 mod reliability;

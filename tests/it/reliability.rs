@@ -20,7 +20,6 @@
     reason = "the suites report their seed and figures on stderr (see them with --no-capture)"
 )]
 
-mod agent_process;
 mod audit;
 mod fleet;
 
@@ -35,7 +34,7 @@ use serde_json::Value;
 use crate::git_server::TestRepo;
 use crate::pve_api::Api;
 use crate::sim::World;
-use agent_process::AgentProcess;
+use crate::support::agent::AgentProcess;
 use audit::RequestLog;
 use fleet::{FILES, Guest, NODES};
 
@@ -152,7 +151,9 @@ impl Unowned {
     }
 }
 
-/// The world of one suite: simulator, unowned guests, git repository, agent (not started).
+/// The world of one suite: simulator, unowned guests, git repository, agent (not started;
+/// killed with SIGKILL, stopped with SIGTERM, nudged with SIGHUP: a reload runs a pass at
+/// once, also during a backoff).
 struct Suite {
     world: World,
     api: Api,
@@ -177,7 +178,19 @@ impl Suite {
             .collect();
         let repo = TestRepo::new();
         let daemon = repo.serve();
-        let agent = AgentProcess::configure(&world, &daemon.url("origin.git"));
+        // Whole-cluster scope, pruning on, polling every second, the write breaker's cool-down
+        // cut to 3 s (a fault storm may open it; it must close again once PVE recovers).
+        let dir = world.dir.path();
+        let toml = world
+            .agent_toml()
+            .node("*")
+            .state_dir(dir.join("state-reliability"))
+            .source(&daemon.url("origin.git"))
+            .poll("1s")
+            .task_timeout("60s")
+            .policy("prune = true\nmax_prune = 50\nconcurrency_per_node = 4")
+            .policy("write_breaker_cool_down = \"3s\"");
+        let agent = AgentProcess::configure(&toml, &dir.join("agent-reliability.toml"), "info");
         let log = RequestLog::collect(&world);
         Suite {
             world,
@@ -241,7 +254,7 @@ impl Suite {
                 tail(&self.agent.log_text(), 60)
             );
             if nudged.elapsed() > Duration::from_secs(5) {
-                self.agent.nudge();
+                self.agent.hup();
                 nudged = Instant::now();
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -250,7 +263,12 @@ impl Suite {
 
     /// `proxops plan` of the checkout with the agent's config: no changes.
     fn assert_plan_empty(&self) {
-        let output = self.agent.plan(&self.repo.work_path());
+        let output = self
+            .agent
+            .cli(&["plan"])
+            .arg(self.repo.work_path())
+            .output()
+            .unwrap();
         assert_eq!(
             output.status.code(),
             Some(0),
@@ -508,15 +526,16 @@ async fn fault_suite(scale: Scale) {
     let commit = suite.commit(&files, &BTreeMap::new());
     let injected = inject_faults(&suite.world, &fleet, &mut suite.rng, scale.seed);
 
-    suite.agent.spawn();
+    suite.agent.respawn();
     tokio::time::sleep(scale.fault_window).await;
     let during = audit::writes(&suite.log.snapshot());
     suite.world.sim.control().clear_faults();
     let passes_with_faults = audit::pass_outcomes(&suite.agent.database);
-    suite.agent.nudge();
+    suite.agent.hup();
     let converged_in = suite.converge(&commit, scale.converge_within).await;
     suite.assert_plan_empty();
-    let peak_kib = suite.agent.terminate();
+    let peak_kib = suite.agent.peak_rss_kib();
+    assert!(suite.agent.terminate().success(), "SIGTERM is a clean exit");
 
     let (writes, reconciliation) = suite
         .assert_owned_only_and_no_duplicates(&fleet, &vmids(&fleet))
@@ -628,7 +647,7 @@ async fn crash_suite(scale: Scale) {
         previous = files;
 
         let last_before = audit::last_action_id(&suite.agent.database);
-        suite.agent.spawn();
+        suite.agent.respawn();
         let early = suite.rng.random_bool(0.2);
         let bound = u64::try_from(apply_length.as_millis()).unwrap().max(100);
         let (delay, after) = if early {
@@ -642,7 +661,8 @@ async fn crash_suite(scale: Scale) {
             (delay, "first action")
         };
         tokio::time::sleep(delay).await;
-        let peak_killed = suite.agent.kill9();
+        let peak_killed = suite.agent.peak_rss_kib();
+        suite.agent.kill9();
 
         let integrity = audit::integrity_check(&suite.agent.database);
         assert_eq!(integrity, "ok", "integrity_check after kill {run}");
@@ -663,7 +683,7 @@ async fn crash_suite(scale: Scale) {
             Moment::AfterApply
         };
 
-        suite.agent.spawn();
+        suite.agent.respawn();
         let converged_in = suite.converge(&commit, scale.converge_within).await;
         suite.assert_plan_empty();
         let after_restart = audit::actions(&suite.agent.database);
@@ -709,7 +729,8 @@ async fn crash_suite(scale: Scale) {
                 "the action of {upid}, running at kill {run}, was issued again: {again:?}"
             );
         }
-        let peak_converged = suite.agent.terminate();
+        let peak_converged = suite.agent.peak_rss_kib();
+        assert!(suite.agent.terminate().success(), "SIGTERM is a clean exit");
         assert_eq!(audit::integrity_check(&suite.agent.database), "ok");
         if moment == Moment::AfterApply
             && let Some(span) = audit::apply_span(&suite.agent.database, last_before)

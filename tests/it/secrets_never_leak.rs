@@ -8,7 +8,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::agent_process::{RunningAgent, Setup, TrustLine, push_body};
+use crate::one_iso::{Setup, TrustLine, push_body};
+use crate::support::agent::{AgentProcess, database_values};
 
 const TOKEN: &str = "leak-canary-pve-token-6f1d2a";
 const HOOK: &str = "leak-canary-webhook-93be47";
@@ -38,7 +39,7 @@ const PATHS: &[&str] = &[
 ];
 
 /// Signed, unsigned, wrongly signed and signed-with-the-wrong-secret deliveries; their answers.
-async fn deliveries(agent: &RunningAgent) -> Vec<String> {
+async fn deliveries(agent: &AgentProcess) -> Vec<String> {
     let body = push_body();
     let right = agent.github_signature(body.as_bytes());
     let mut answers = Vec::new();
@@ -78,34 +79,12 @@ fn scan_database(state_dir: &Path) -> usize {
             );
         }
     }
-    let db = rusqlite::Connection::open_with_flags(
-        state_dir.join("state.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    let tables: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert!(tables.len() >= 3, "{tables:?}");
-    for table in tables {
-        let mut statement = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
-        let columns = statement.column_count();
-        let mut rows = statement.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            for i in 0..columns {
-                let text = match row.get_ref(i).unwrap() {
-                    rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                        String::from_utf8_lossy(t).into_owned()
-                    }
-                    _ => continue,
-                };
-                values += 1;
-                assert_clean(&format!("table {table} column {i}"), &text);
-            }
+    let tables = database_values(&state_dir.join("state.db"));
+    assert!(tables.len() >= 3, "{:?}", tables.keys());
+    for (table, texts) in tables {
+        for (column, text) in texts {
+            values += 1;
+            assert_clean(&format!("table {table} column {column}"), &text);
         }
     }
     values
@@ -138,10 +117,8 @@ async fn the_token_and_webhook_secrets_appear_in_no_log_answer_error_or_database
 
     // The CLI views, asking the running agent.
     for command in ["status", "drift"] {
-        let config = setup.dir.path().join("agent-leak.toml");
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_proxops"))
-            .args([command, "--json", "--config"])
-            .arg(&config)
+        let output = agent
+            .cli(&[command, "--json"])
             .env("RUST_LOG", "trace")
             .output()
             .unwrap();
@@ -150,7 +127,7 @@ async fn the_token_and_webhook_secrets_appear_in_no_log_answer_error_or_database
     }
 
     assert!(agent.terminate().success());
-    let logs = agent.stderr_text();
+    let logs = agent.log_text();
     assert!(
         logs.contains("TRACE") && logs.contains("verifying webhook signature"),
         "trace logging was on: {} lines, {} TRACE",
@@ -170,7 +147,7 @@ async fn the_token_and_webhook_secrets_appear_in_no_log_answer_error_or_database
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_token_is_reported_without_the_secret_sent_or_the_right_one() {
     let setup = Setup::start(TOKEN, HOOK).await;
-    let (config, _) = setup.config("wrong", &TrustLine::Pin);
+    let config = setup.config("wrong", &TrustLine::Pin);
     std::fs::write(setup.dir.path().join("token"), WRONG_TOKEN).unwrap();
     let checkout = setup.repo.work_path();
     let output = tokio::task::spawn_blocking(move || {
@@ -205,7 +182,7 @@ async fn a_refused_token_is_reported_without_the_secret_sent_or_the_right_one() 
         let (_, body) = agent.get_text(path).await;
         assert_clean(path, &body);
     }
-    assert_clean("the agent's stderr", &agent.stderr_text());
+    assert_clean("the agent's stderr", &agent.log_text());
     drop(agent);
     scan_database(&setup.state_dir("wrong"));
 }

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use proxops_pve_sim::{RequestRecord, RunningSim, SimConfig};
 
+use crate::support::agent::AgentToml;
+
 /// Simulator + file server + temp repository.
 pub(crate) struct World {
     pub(crate) sim: RunningSim,
@@ -35,23 +37,23 @@ impl World {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("repo")).unwrap();
         std::fs::write(dir.path().join("token"), "proxops-dev-secret\n").unwrap();
-        let fingerprint = sim.fingerprint().expect("TLS simulator has a fingerprint");
-        let base = sim.base_url();
-        let url = base.trim_end_matches("/api2/json");
-        std::fs::write(
-            dir.path().join("agent.toml"),
-            format!(
-                "node = \"pve1\"\n[pve]\nurl = \"{url}\"\ntoken_id = \"root@pam!proxops\"\n\
-                 token_secret_file = \"token\"\nfingerprint = \"{fingerprint}\"\n\
-                 [policy]\ntask_timeout = \"30s\"\n"
-            ),
-        )
-        .unwrap();
+        AgentToml::new(&sim).write(&dir.path().join("agent.toml"));
         World {
             sim,
             files_url,
             dir,
         }
+    }
+
+    /// The agent.toml of this world's CLI runs (`agent.toml` in its temp dir) as a builder:
+    /// node `pve1`, the simulator's URL and pin, the token in `token`.
+    pub(crate) fn agent_toml(&self) -> AgentToml {
+        AgentToml::new(&self.sim)
+    }
+
+    /// Replaces the CLI's agent.toml with `toml` (e.g. `world.agent_toml().node("*")`).
+    pub(crate) fn write_agent_toml(&self, toml: &AgentToml) {
+        toml.write(&self.dir.path().join("agent.toml"));
     }
 
     /// The manifest repository folder.
@@ -152,7 +154,9 @@ fn reqwest_client() -> reqwest::Client {
         .unwrap()
 }
 
-async fn serve_files(files: &[(&str, &[u8])]) -> String {
+/// Serves `files` by name over plain HTTP on 127.0.0.1, as the mirror PVE downloads from;
+/// its base URL.
+pub(crate) async fn serve_files(files: &[(&str, &[u8])]) -> String {
     let files: Arc<BTreeMap<String, Vec<u8>>> = Arc::new(
         files
             .iter()

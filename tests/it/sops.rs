@@ -105,12 +105,12 @@ fn validate_follows_the_secrets_file_named_in_the_cluster_config() {
 // ---------------------------------------------------------------------------------------------
 // Applying: refs resolved from the SOPS document, written to PVE, and never shown anywhere.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use crate::git_server::{GitDaemon, TestRepo};
 use crate::pve_api::Api;
 use crate::sim::World;
+use crate::support::agent::{AgentProcess, database_values};
 
 /// Every secret value of the fixture VM: the two public keys and the password.
 const SECRETS: [&str; 3] = [
@@ -163,13 +163,7 @@ fn world_repo(world: &World, identity: Option<&Path>) {
         world.write(&path, Some(&text));
     }
     if let Some(identity) = identity {
-        let config = world.dir.path().join("agent.toml");
-        let mut text = std::fs::read_to_string(&config).unwrap();
-        text.push_str(&format!(
-            "[secrets]\nage_key_file = \"{}\"\n",
-            identity.display()
-        ));
-        std::fs::write(config, text).unwrap();
+        world.write_agent_toml(&world.agent_toml().age_key_file(identity));
     }
 }
 
@@ -199,127 +193,20 @@ async fn guest_config(world: &World, vmid: u32) -> serde_json::Value {
         .await
 }
 
-/// The agent as a child process at trace level, following `repo` over git://.
-struct SopsAgent {
-    child: Child,
-    listen: String,
-    log: std::path::PathBuf,
-    state: std::path::PathBuf,
-    _daemon: GitDaemon,
-}
-
-impl SopsAgent {
-    fn start(world: &World, repo: &TestRepo, identity: &Path) -> SopsAgent {
-        let daemon = repo.serve();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = format!("127.0.0.1:{port}");
-        let dir = world.dir.path();
-        let state = dir.join("state");
-        let config = format!(
-            "node = \"pve1\"\ncluster = \"lab\"\nstate_dir = \"{state}\"\n\
-             [source]\nurl = \"{url}\"\nbranch = \"main\"\npoll = \"1s\"\n\
-             [http]\nlisten = \"{listen}\"\n\
-             [pve]\nurl = \"{pve}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{fp}\"\n\
-             [policy]\ntask_timeout = \"30s\"\n\
-             [secrets]\nage_key_file = \"{identity}\"\n",
-            state = state.display(),
-            url = daemon.url("origin.git"),
-            pve = world.sim.base_url().trim_end_matches("/api2/json"),
-            fp = world.sim.fingerprint().unwrap(),
-            identity = identity.display(),
-        );
-        let config_path = dir.join("agent-sops.toml");
-        std::fs::write(&config_path, config).unwrap();
-        let log = dir.join("agent-sops.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_proxops"))
-            .args(["agent", "--config"])
-            .arg(&config_path)
-            .env("RUST_LOG", "trace")
-            .env_remove("SOPS_AGE_KEY_FILE")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        SopsAgent {
-            child,
-            listen,
-            log,
-            state,
-            _daemon: daemon,
-        }
-    }
-
-    async fn text(&self, path: &str) -> String {
-        reqwest::get(format!("http://{}{path}", self.listen))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
-
-    /// Polls /api/v1/status until `done` holds (at most 30 s).
-    async fn wait_for(&self, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let status = reqwest::get(format!("http://{}/api/v1/status", self.listen)).await;
-            if let Ok(response) = status
-                && let Ok(status) = response.json::<serde_json::Value>().await
-                && done(&status)
-            {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agent did not reach the expected status; its log:\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for SopsAgent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Every text value of every table of the SQLite database at `path`.
-fn database_text(path: &Path) -> String {
-    let db =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let tables: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut text = String::new();
-    for table in tables {
-        let mut statement = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
-        let columns = statement.column_count();
-        let mut rows = statement.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            for i in 0..columns {
-                match row.get_ref(i).unwrap() {
-                    rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                        text.push_str(&String::from_utf8_lossy(t));
-                        text.push('\n');
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    text
+/// The agent as a child process at trace level, following `repo` over git:// (served while
+/// the returned daemon lives) for cluster `lab`, polling every second, with `identity`.
+fn start_sops_agent(world: &World, repo: &TestRepo, identity: &Path) -> (AgentProcess, GitDaemon) {
+    let daemon = repo.serve();
+    let dir = world.dir.path();
+    let toml = world
+        .agent_toml()
+        .cluster("lab")
+        .state_dir(dir.join("state"))
+        .source(&daemon.url("origin.git"))
+        .poll("1s")
+        .age_key_file(identity);
+    let agent = AgentProcess::spawn(&toml, &dir.join("agent-sops.toml"), "trace");
+    (agent, daemon)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -361,7 +248,7 @@ async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_an
         .map(|(p, t)| (p.as_str(), t.as_str()))
         .collect();
     let commit = repo.commit_files(&files, "a VM whose keys and password are SOPS refs");
-    let agent = SopsAgent::start(&world, &repo, &identity);
+    let (agent, _daemon) = start_sops_agent(&world, &repo, &identity);
     agent
         .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(commit.as_str()))
         .await;
@@ -403,21 +290,23 @@ async fn keys_and_password_from_refs_are_applied_by_the_agent_and_never_shown_an
         "/metrics",
         "/",
     ] {
-        shown.push((path, agent.text(path).await));
+        shown.push((path, agent.get_text(path).await.1));
     }
-    let database = std::fs::read_dir(&agent.state)
+    let database = std::fs::read_dir(&agent.state_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "db"))
         .expect("the agent's database");
-    shown.push(("database", database_text(&database)));
+    let values = database_values(&database);
+    let text: Vec<String> = values.into_values().flatten().map(|(_, t)| t).collect();
+    shown.push(("database", text.join("\n")));
     assert!(
         shown
             .last()
             .is_some_and(|(_, db)| db.contains("(secret: cloud-init.passwords.default)")),
         "the database records the create with its markers"
     );
-    let log = std::fs::read_to_string(&agent.log).unwrap();
+    let log = agent.log_text();
     assert!(
         log.contains("TRACE"),
         "the agent did not log at trace level"
@@ -565,7 +454,7 @@ async fn the_agent_records_an_unresolvable_ref_as_a_refused_revision_and_writes_
         .map(|(p, t)| (p.as_str(), t.as_str()))
         .collect();
     let commit = repo.commit_files(&files, "refs the agent's identity cannot decrypt");
-    let agent = SopsAgent::start(&world, &repo, &other);
+    let (agent, _daemon) = start_sops_agent(&world, &repo, &other);
     let status = agent
         .wait_for(|s| {
             s["last_attempted"]["commit"].as_str() == Some(commit.as_str())
@@ -574,7 +463,7 @@ async fn the_agent_records_an_unresolvable_ref_as_a_refused_revision_and_writes_
         .await;
     assert_eq!(status["last_attempted"]["outcome"], "invalid", "{status}");
     assert!(status["last_applied"].is_null(), "{status}");
-    let reason = agent.text("/status").await;
+    let reason = agent.get_text("/status").await.1;
     assert!(reason.contains("wrong age identity"), "{reason}");
     assert!(world.writes().is_empty(), "{:?}", world.writes());
 }

@@ -5,14 +5,14 @@
 
 use std::time::Duration;
 
-use crate::agent_process::{Setup, TrustLine};
+use crate::one_iso::{Setup, TrustLine};
 
 const TOKEN: &str = "tls-token-secret-0b9c";
 const HOOK: &str = "tls-webhook-secret-51f0";
 
 /// `proxops plan <checkout> --config <agent.toml>`: stderr and whether it succeeded.
 fn plan(setup: &Setup, name: &str, trust: &TrustLine) -> (bool, String) {
-    let (config, _) = setup.config(name, trust);
+    let config = setup.config(name, trust);
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_proxops"))
         .arg("plan")
         .arg(setup.repo.work_path())
@@ -52,7 +52,7 @@ async fn a_wrong_fingerprint_pin_is_refused_before_any_request_naming_both_finge
         .wait_for(|s| s["last_attempted"]["outcome"].is_string())
         .await;
     assert_ne!(status["last_attempted"]["outcome"], "applied", "{status}");
-    let logs = agent.stderr_text();
+    let logs = agent.log_text();
     assert!(
         logs.contains("does not match the pinned fingerprint"),
         "{logs}"
@@ -80,9 +80,9 @@ async fn a_ca_that_did_not_sign_the_node_certificate_is_refused_before_any_reque
         .await;
     assert_ne!(status["last_attempted"]["outcome"], "applied", "{status}");
     assert!(
-        agent.stderr_text().contains("tls handshake failed"),
+        agent.log_text().contains("tls handshake failed"),
         "{}",
-        agent.stderr_text()
+        agent.log_text()
     );
     assert_eq!(api_requests(&setup), 0, "no request reached the API");
 }
@@ -105,14 +105,14 @@ async fn insecure_mode_logs_its_warning_at_every_start() {
             .await;
         assert!(agent.terminate().success());
         // The stderr file is appended to by both starts.
-        let count = agent.stderr_text().matches(warning).count();
+        let count = agent.log_text().matches(warning).count();
         assert!(
             count > seen,
             "start {start} logged no warning:\n{}",
-            agent.stderr_text()
+            agent.log_text()
         );
         let line = agent
-            .stderr_text()
+            .log_text()
             .lines()
             .find(|l| l.contains(warning))
             .unwrap()
