@@ -267,7 +267,10 @@ pub fn missing_privileges(requirements: &[Requirement], granted: &Granted) -> Ve
             .options
             .iter()
             .skip(1)
-            .filter(|o| !o.iter().any(|p| p.path == "/" && p.privilege == "Sys.Modify"))
+            .filter(|o| {
+                !o.iter()
+                    .any(|p| p.path == "/" && p.privilege == "Sys.Modify")
+            })
             .map(|o| {
                 o.iter()
                     .map(|p| format!("{} on {}", p.privilege, p.path))
@@ -492,7 +495,10 @@ fn config_requirements(
             }
             privs.sort_unstable();
             privs.dedup();
-            out.push(require(why, privs.into_iter().map(|p| pp(&vm, p)).collect()));
+            out.push(require(
+                why,
+                privs.into_iter().map(|p| pp(&vm, p)).collect(),
+            ));
         }
         if let Some(storage) = storage_of(value)
             && !is_cloudinit(value)
@@ -1257,7 +1263,10 @@ pub fn check_tags(
     // `user-tag-access` is an object (`user-allow`, `user-allow-list`) or, from older
     // servers, its property string.
     let mode = match options.get("user-tag-access") {
-        Some(Value::Object(o)) => o.get("user-allow").and_then(Value::as_str).map(str::to_owned),
+        Some(Value::Object(o)) => o
+            .get("user-allow")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         Some(Value::String(s)) => PropertyString::parse(s, None)
             .get("user-allow")
             .map(str::to_owned),
@@ -1283,9 +1292,9 @@ pub fn check_tags(
         } else {
             match mode.as_deref() {
                 Some("free") => None,
-                Some(m) if !allowed.contains(tag) => {
-                    Some(format!("user-tag-access is user-allow={m} and it is not allowed"))
-                }
+                Some(m) if !allowed.contains(tag) => Some(format!(
+                    "user-tag-access is user-allow={m} and it is not allowed"
+                )),
                 Some(_) => None,
                 None if allowed.contains(tag) => None,
                 None => {
@@ -1317,7 +1326,12 @@ pub fn check_tags(
                 "with user-tag-access user-allow={m}, PVE 9 refuses every VM create that sets \
                  tags to a token without Sys.Modify on / (qemu-server create_vm checks an \
                  empty hash as the old tags), and ProxOps always sets `proxops` (needed for {})",
-                changes.vm_creates.iter().cloned().collect::<Vec<_>>().join("; ")
+                changes
+                    .vm_creates
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
             ),
             "set user-allow=free (Datacenter → Options → User Tag Access); do not grant \
              Sys.Modify on /",
@@ -1619,7 +1633,8 @@ mod tests {
                 &pp("/sdn/zones/localnetwork/vmbr1", "SDN.Use")
             ]
         );
-        let req = |t, key, value| config_requirements(t, 7, key, Some(value), None, Write::Update, "w");
+        let req =
+            |t, key, value| config_requirements(t, 7, key, Some(value), None, Write::Update, "w");
         for (key, privilege) in [
             ("cores", "VM.Config.CPU"),
             ("memory", "VM.Config.Memory"),
@@ -1627,7 +1642,11 @@ mod tests {
             ("tags", "VM.Config.Options"),
         ] {
             let reqs = req(GuestType::Qemu, key, "x");
-            assert_eq!(reqs[0].options, vec![vec![pp("/vms/7", privilege)]], "{key}");
+            assert_eq!(
+                reqs[0].options,
+                vec![vec![pp("/vms/7", privilege)]],
+                "{key}"
+            );
         }
         // The cloud-init keys are any-of Cloudinit or Network (`check_vm_perm(..., 1)`).
         for key in ["sshkeys", "ipconfig0", "ciuser"] {
@@ -1736,10 +1755,13 @@ mod tests {
     #[test]
     fn check_names_the_tags_the_datacenter_settings_refuse() {
         let changes = TagChanges {
-            tags: [("proxops", "create VM/web on pve1"), ("prod", "create VM/web on pve1")]
-                .into_iter()
-                .map(|(t, w)| (t.to_owned(), BTreeSet::from([w.to_owned()])))
-                .collect(),
+            tags: [
+                ("proxops", "create VM/web on pve1"),
+                ("prod", "create VM/web on pve1"),
+            ]
+            .into_iter()
+            .map(|(t, w)| (t.to_owned(), BTreeSet::from([w.to_owned()])))
+            .collect(),
             vm_creates: BTreeSet::from(["create VM/web on pve1".to_owned()]),
         };
         let mut audit = Granted::default();
@@ -1760,7 +1782,7 @@ mod tests {
                 "proxops".to_owned(),
                 BTreeSet::from(["create VM/web on pve1".to_owned()]),
             )]),
-            vm_creates: changes.vm_creates.clone(),
+            vm_creates: changes.vm_creates,
         };
         let items = check_tags(&only_proxops, &free, &audit);
         assert_eq!(items[0].status, Status::Ok, "{items:?}");

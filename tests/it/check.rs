@@ -563,11 +563,7 @@ async fn check_with_each_documented_privilege_removed_names_exactly_the_refusal_
         .into_iter()
         .filter(|w| w.get(1).map(String::as_str) == Some("role"))
         .filter_map(|w| flag(&w, "--privs").map(str::to_owned))
-        .flat_map(|p| {
-            p.split_whitespace()
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|p| p.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
         .collect();
     let mut needed = Vec::new();
     for privilege in &documented {
@@ -635,7 +631,10 @@ async fn check_with_each_documented_privilege_removed_names_exactly_the_refusal_
         "SDN.Use",
         "Sys.AccessNetwork",
     ] {
-        assert!(needed.iter().any(|n| n == p), "{p} was not needed: {needed:?}");
+        assert!(
+            needed.iter().any(|n| n == p),
+            "{p} was not needed: {needed:?}"
+        );
     }
     let _ = token_id;
 }

@@ -237,12 +237,14 @@ fn precheck(cluster: &Cluster, ctx: &Ctx, g: &Guest, u: &Update) -> ApiResult<()
                 permission::ct_modify_config_perm(
                     cluster,
                     authid,
-                    g.vmid,
-                    None,
-                    Some(&g.config),
-                    set,
-                    delete,
-                    unprivileged,
+                    &permission::CtWrite {
+                        vmid: g.vmid,
+                        pool: None,
+                        old: Some(&g.config),
+                        new: set,
+                        delete,
+                        unprivileged,
+                    },
                 )
             };
             perm(&none, &u.delete)?;

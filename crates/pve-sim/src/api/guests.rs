@@ -599,12 +599,14 @@ pub(super) fn resize(ctx: &Ctx, kind: Kind) -> ApiResult {
         super::permission::ct_modify_config_perm(
             &cluster,
             ctx.authid(),
-            vmid,
-            None,
-            Some(&g.config),
-            &param,
-            &[],
-            unprivileged,
+            &super::permission::CtWrite {
+                vmid,
+                pool: None,
+                old: Some(&g.config),
+                new: &param,
+                delete: &[],
+                unprivileged,
+            },
         )?;
         check_digest(&g, ctx.params.get("digest"))?;
         let target = resize_target(&cluster, &g, &disk, &size).map_err(ApiError::die)?;

@@ -110,12 +110,14 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
     permission::ct_modify_config_perm(
         &cluster,
         &authid,
-        vmid,
-        pool.as_deref(),
-        None,
-        &params,
-        &[],
-        unprivileged,
+        &permission::CtWrite {
+            vmid,
+            pool: pool.as_deref(),
+            old: None,
+            new: &params,
+            delete: &[],
+            unprivileged,
+        },
     )?;
     let Some((tsid, _)) = storage::split_volid(&ostemplate) else {
         return Err(ApiError::param(
@@ -152,9 +154,12 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
                 format!("storage '{sid}' does not support container directories"),
             ));
         }
-        cluster
-            .acl
-            .check(&authid, &format!("/storage/{sid}"), &["Datastore.AllocateSpace"], false)?;
+        cluster.acl.check(
+            &authid,
+            &format!("/storage/{sid}"),
+            &["Datastore.AllocateSpace"],
+            false,
+        )?;
     }
     if unprivileged {
         params.insert("unprivileged".to_string(), "1".to_string());

@@ -550,8 +550,8 @@ pub(crate) fn cluster_options(ctx: &Ctx) -> serde_json::Value {
         }
         out.insert("user-tag-access".into(), access.into());
     }
-    if cluster.acl.holds(authid, "/", &["Sys.Audit"], false) {
-        if !tags.registered.is_empty() {
+    if cluster.acl.holds(authid, "/", &["Sys.Audit"], false) && !tags.registered.is_empty() {
+        {
             out.insert(
                 "registered-tags".into(),
                 tags.registered.iter().cloned().collect::<Vec<_>>().into(),
@@ -681,7 +681,13 @@ pub(crate) fn qemu_create(ctx: &Ctx) -> ApiResult<()> {
             false,
         )?;
     }
-    qemu_modify_config_perm(acl, &authid, vmid, pool, keys.iter().map(|(k, _)| k.as_str()))?;
+    qemu_modify_config_perm(
+        acl,
+        &authid,
+        vmid,
+        pool,
+        keys.iter().map(|(k, _)| k.as_str()),
+    )?;
     for (key, value) in &keys {
         if indexed(key, "serial") && value.as_str() != "socket" {
             return Err(ApiError::die(format!(
@@ -741,6 +747,18 @@ fn lxc_new_disk(volume: &str) -> Option<&str> {
     qemu_new_disk(size).map(|_| sid)
 }
 
+/// One container config change, as `check_ct_modify_config_perm` takes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CtWrite<'a> {
+    pub(crate) vmid: u32,
+    pub(crate) pool: Option<&'a str>,
+    /// The current config (None at create).
+    pub(crate) old: Option<&'a BTreeMap<String, String>>,
+    pub(crate) new: &'a BTreeMap<String, String>,
+    pub(crate) delete: &'a [String],
+    pub(crate) unprivileged: bool,
+}
+
 /// pve-container `check_ct_modify_config_perm` (src/PVE/LXC.pm @ 94f5585) for the keys set
 /// (`new`) and deleted (`delete`) on CT `vmid` whose current config is `old` (None at create):
 /// CPU, disk (plus storage: `Datastore.AllocateSpace` for a new volume, volume access
@@ -752,20 +770,27 @@ fn lxc_new_disk(volume: &str) -> Option<&str> {
 pub(crate) fn ct_modify_config_perm(
     cluster: &Cluster,
     authid: &str,
-    vmid: u32,
-    pool: Option<&str>,
-    old: Option<&BTreeMap<String, String>>,
-    new: &BTreeMap<String, String>,
-    delete: &[String],
-    unprivileged: bool,
+    w: &CtWrite<'_>,
 ) -> ApiResult<()> {
+    let CtWrite {
+        vmid,
+        pool,
+        old,
+        new,
+        delete,
+        unprivileged,
+    } = *w;
     if authid == "root@pam" {
         return Ok(());
     }
     let acl = &cluster.acl;
     let old_value = |k: &str| old.and_then(|o| o.get(k)).map(String::as_str);
     let check = |key: &str, deleting: bool| -> ApiResult<()> {
-        let value = if deleting { None } else { new.get(key).map(String::as_str) };
+        let value = if deleting {
+            None
+        } else {
+            new.get(key).map(String::as_str)
+        };
         let vm = |privs: &[&str]| check_vm_perm(acl, authid, vmid, pool, privs, false);
         match key {
             "cores" | "cpuunits" | "cpulimit" => vm(&["VM.Config.CPU"]),
@@ -825,9 +850,8 @@ pub(crate) fn ct_modify_config_perm(
                     .unwrap_or_default()
                 };
                 let (mut nesting, mut other) = (false, false);
-                let only_nesting = |f: &BTreeMap<String, String>| {
-                    f.len() == 1 && f.contains_key("nesting")
-                };
+                let only_nesting =
+                    |f: &BTreeMap<String, String>| f.len() == 1 && f.contains_key("nesting");
                 if deleting {
                     let f = features(old_value(key));
                     nesting = only_nesting(&f);
@@ -1040,7 +1064,11 @@ mod tests {
 
     #[test]
     fn qemu_config_keys_ask_for_the_privileges_qemu_server_asks_for() {
-        let privs = |k: &str| qemu_key_privileges(k).unwrap().map(|(p, any)| (p.to_vec(), any));
+        let privs = |k: &str| {
+            qemu_key_privileges(k)
+                .unwrap()
+                .map(|(p, any)| (p.to_vec(), any))
+        };
         assert_eq!(privs("cores"), Some((vec!["VM.Config.CPU"], false)));
         assert_eq!(privs("net3"), Some((vec!["VM.Config.Network"], false)));
         assert_eq!(

@@ -333,7 +333,11 @@ async fn an_lxc_created_without_unprivileged_is_unprivileged_as_on_pve_9() {
     let r = s
         .post(
             "/nodes/pve1/lxc",
-            &[("vmid", "200"), ("ostemplate", TEMPLATE), ("unprivileged", "0")],
+            &[
+                ("vmid", "200"),
+                ("ostemplate", TEMPLATE),
+                ("unprivileged", "0"),
+            ],
         )
         .await;
     assert_eq!(r.status, 403);
@@ -347,10 +351,14 @@ async fn a_locked_container_with_a_stale_digest_answers_locked_not_modified() {
         vmid: 300,
         kind: "lxc".into(),
         node: "pve1".into(),
-        config: [("hostname", "ct300"), ("lock", "backup"), ("unprivileged", "1")]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
+        config: [
+            ("hostname", "ct300"),
+            ("lock", "backup"),
+            ("unprivileged", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
         running: false,
     });
     let s = crate::sim_with(proxops_pve_sim::SimConfig {
@@ -408,7 +416,10 @@ async fn lxc_duplicate_vmid_is_refused_without_the_create_prefix() {
     let s = with_template().await;
     create_ct(&s, "200", &[]).await;
     let r = s
-        .post("/nodes/pve2/lxc", &[("vmid", "200"), ("ostemplate", TEMPLATE)])
+        .post(
+            "/nodes/pve2/lxc",
+            &[("vmid", "200"), ("ostemplate", TEMPLATE)],
+        )
         .await;
     assert_eq!(r.status, 500);
     assert_eq!(r.message(), "CT 200 already exists on node 'pve1'\n");
@@ -426,5 +437,8 @@ async fn starting_a_ct_template_fails_in_the_task_and_rebooting_a_stopped_ct_say
     s.wait_idle("pve1").await;
     let upid = s.post("/nodes/pve1/lxc/200/status/start", &[]).await.upid();
     let status = s.wait(&upid).await;
-    assert_eq!(status["exitstatus"], "you can't start a CT if it's a template");
+    assert_eq!(
+        status["exitstatus"],
+        "you can't start a CT if it's a template"
+    );
 }

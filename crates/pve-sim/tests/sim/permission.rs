@@ -133,7 +133,10 @@ async fn a_vm_create_needs_no_disk_or_cdrom_privilege_only_storage_access() {
     )
     .await;
     let r = s
-        .post("/nodes/pve1/qemu", &[("vmid", "100"), ("scsi0", "local-lvm:4")])
+        .post(
+            "/nodes/pve1/qemu",
+            &[("vmid", "100"), ("scsi0", "local-lvm:4")],
+        )
         .await;
     assert_eq!(r.status, 403);
     assert_eq!(
@@ -144,14 +147,22 @@ async fn a_vm_create_needs_no_disk_or_cdrom_privilege_only_storage_access() {
 
 #[tokio::test]
 async fn adding_a_cloud_init_drive_to_an_existing_vm_needs_cloudinit_and_cdrom() {
-    let s = token_sim(&all_but(&["VM.Config.CDROM"]), &[], DatacenterSeed::default()).await;
+    let s = token_sim(
+        &all_but(&["VM.Config.CDROM"]),
+        &[],
+        DatacenterSeed::default(),
+    )
+    .await;
     let upid = s
         .post("/nodes/pve1/qemu", &[("vmid", "100"), ("name", "web")])
         .await
         .upid();
     s.wait_ok(&upid).await;
     let r = s
-        .put("/nodes/pve1/qemu/100/config", &[("ide0", "local-lvm:cloudinit")])
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[("ide0", "local-lvm:cloudinit")],
+        )
         .await;
     assert_eq!(r.status, 403, "{r:?}");
     assert_eq!(
@@ -181,7 +192,10 @@ async fn adding_a_cloud_init_drive_to_an_existing_vm_needs_cloudinit_and_cdrom()
         .upid();
     s.wait_ok(&upid).await;
     let r = s
-        .put("/nodes/pve1/qemu/100/config", &[("ide0", "local-lvm:cloudinit")])
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[("ide0", "local-lvm:cloudinit")],
+        )
         .await;
     assert_eq!(
         r.message(),
@@ -222,15 +236,15 @@ async fn a_vlan_tagged_nic_is_checked_on_the_vlan_path_only() {
         "Permission check failed (/sdn/zones/localnetwork/vmbr0, SDN.Use)\n"
     );
     // A grant on a VLAN lets the token see the bridge; Sys.Audit on the node does not.
-    let bridges = s
-        .get_q("/nodes/pve1/network", &[("type", "bridge")])
-        .await;
+    let bridges = s.get_q("/nodes/pve1/network", &[("type", "bridge")]).await;
     assert_eq!(bridges.data()[0]["iface"], "vmbr0");
     let s = token_sim(&all_but(&["SDN.Use"]), &[], DatacenterSeed::default()).await;
-    let bridges = s
-        .get_q("/nodes/pve1/network", &[("type", "bridge")])
-        .await;
-    assert_eq!(bridges.data().as_array().map(Vec::len), Some(0), "{bridges:?}");
+    let bridges = s.get_q("/nodes/pve1/network", &[("type", "bridge")]).await;
+    assert_eq!(
+        bridges.data().as_array().map(Vec::len),
+        Some(0),
+        "{bridges:?}"
+    );
 }
 
 #[tokio::test]
@@ -289,8 +303,7 @@ async fn a_container_tag_outside_the_allowed_list_needs_sys_modify_on_root() {
 }
 
 #[tokio::test]
-async fn a_vm_create_with_tags_fails_in_its_task_unless_tags_are_free_as_qemu_server_checks_them()
-{
+async fn a_vm_create_with_tags_fails_in_its_task_unless_tags_are_free_as_qemu_server_checks_them() {
     let dc = DatacenterSeed {
         user_allow: Some("list".into()),
         user_allow_list: vec!["proxops".into()],
@@ -300,7 +313,11 @@ async fn a_vm_create_with_tags_fails_in_its_task_unless_tags_are_free_as_qemu_se
     let r = s
         .post(
             "/nodes/pve1/qemu",
-            &[("vmid", "100"), ("scsi0", "local-lvm:4"), ("tags", "proxops")],
+            &[
+                ("vmid", "100"),
+                ("scsi0", "local-lvm:4"),
+                ("tags", "proxops"),
+            ],
         )
         .await;
     // The checks before the worker pass; the worker's tag check "removes" the tag its own
@@ -325,7 +342,10 @@ async fn a_vm_create_with_tags_fails_in_its_task_unless_tags_are_free_as_qemu_se
 
 #[tokio::test]
 async fn a_create_naming_a_pool_that_does_not_exist_is_refused_with_pves_403() {
-    for auth in [None, Some("PVEAPIToken=root@pam!proxops=proxops-dev-secret")] {
+    for auth in [
+        None,
+        Some("PVEAPIToken=root@pam!proxops=proxops-dev-secret"),
+    ] {
         let mut s = token_sim(ALL, &[], DatacenterSeed::default()).await;
         if let Some(a) = auth {
             s.auth = Some(a.into());
@@ -359,7 +379,10 @@ async fn vm_allocate_is_refused_without_naming_a_path() {
     assert_eq!(r.status, 403);
     assert_eq!(r.message(), "Permission check failed\n");
     let r = s
-        .post("/nodes/pve1/lxc", &[("vmid", "200"), ("ostemplate", TEMPLATE)])
+        .post(
+            "/nodes/pve1/lxc",
+            &[("vmid", "200"), ("ostemplate", TEMPLATE)],
+        )
         .await;
     assert_eq!(r.message(), "Permission check failed\n");
 }
@@ -371,7 +394,11 @@ async fn nesting_on_a_container_needs_vm_allocate_and_a_template_needs_read_acce
     let r = s
         .post(
             "/nodes/pve1/lxc",
-            &[("vmid", "200"), ("ostemplate", TEMPLATE), ("rootfs", "local-lvm:8")],
+            &[
+                ("vmid", "200"),
+                ("ostemplate", TEMPLATE),
+                ("rootfs", "local-lvm:8"),
+            ],
         )
         .await;
     s.wait_ok(&r.upid()).await;
@@ -393,7 +420,11 @@ async fn nesting_on_a_container_needs_vm_allocate_and_a_template_needs_read_acce
     let r = s
         .post(
             "/nodes/pve1/lxc",
-            &[("vmid", "200"), ("ostemplate", TEMPLATE), ("rootfs", "local-lvm:8")],
+            &[
+                ("vmid", "200"),
+                ("ostemplate", TEMPLATE),
+                ("rootfs", "local-lvm:8"),
+            ],
         )
         .await;
     assert_eq!(
