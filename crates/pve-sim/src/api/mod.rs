@@ -135,6 +135,7 @@ enum Endpoint {
     ClusterStatus,
     ClusterNextid,
     ClusterTasks,
+    ClusterOptions,
     Nodes,
     NodeStatus,
     Network,
@@ -195,6 +196,7 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
         ("GET", ["cluster", "status"]) => E::ClusterStatus,
         ("GET", ["cluster", "nextid"]) => E::ClusterNextid,
         ("GET", ["cluster", "tasks"]) => E::ClusterTasks,
+        ("GET", ["cluster", "options"]) => E::ClusterOptions,
         ("GET", ["nodes"]) => E::Nodes,
         ("GET", ["pools"]) => E::PoolList,
         ("POST", ["pools"]) => E::PoolCreate,
@@ -287,12 +289,10 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
 
 async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
     use Endpoint as E;
-    // The handlers' own permission checks, which PVE makes right after validation.
-    match endpoint {
-        E::GuestCreate(kind) => permission::guest_create(ctx, kind)?,
-        E::ConfigPut(kind) => permission::guest_config(ctx, kind, ctx.params.vmid("vmid")?)?,
-        E::ConfigPost => permission::guest_config(ctx, Kind::Qemu, ctx.params.vmid("vmid")?)?,
-        _ => {}
+    // qemu create's own permission checks come first in its handler (`create_vm`); the
+    // container create and config writes make theirs inside the handlers, in PVE's order.
+    if endpoint == E::GuestCreate(Kind::Qemu) {
+        permission::qemu_create(ctx)?;
     }
     match endpoint {
         E::Version => Ok(cluster::version().into()),
@@ -300,6 +300,7 @@ async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
         E::ClusterStatus => Ok(cluster::status(ctx).into()),
         E::ClusterNextid => cluster::nextid(ctx).map(Into::into),
         E::ClusterTasks => Ok(tasks::cluster_tasks(ctx)),
+        E::ClusterOptions => Ok(permission::cluster_options(ctx).into()),
         E::Nodes => Ok(cluster::nodes(ctx).into()),
         E::NodeStatus => cluster::node_status(ctx).map(Into::into),
         E::Network => network::index(ctx).map(Into::into),

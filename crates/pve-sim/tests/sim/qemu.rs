@@ -48,10 +48,8 @@ async fn a_duplicate_vmid_is_refused_naming_the_existing_guest() {
             &[("vmid", "100"), ("ostemplate", "local:vztmpl/x.tar.zst")],
         )
         .await;
-    assert_eq!(
-        r.message(),
-        "unable to create CT 100 - VM 100 already exists on node 'pve1'\n"
-    );
+    // pve-container's early `check_vmid_unused` has no `unable to create CT` prefix.
+    assert_eq!(r.message(), "VM 100 already exists on node 'pve1'\n");
 }
 
 #[tokio::test]
