@@ -8,6 +8,13 @@
 //! - [`breaker`], [`gate`]: the write circuit breaker and what it lets a pass write.
 //! - [`status`]: the live view shared with the HTTP API.
 //! - [`notify`]: readiness, reload and stop notifications to systemd (`Type=notify`).
+//! - [`lock`]: one agent per state directory.
+//!
+//! Start-up order (SECURITY-AUDIT.md M6): the config is read, then the state directory's
+//! lock is the first thing taken, then the listeners are bound, and only then are the state
+//! database (and its unfinished passes) and the git mirror (and its stale lock files) touched.
+//! A second agent on the same state directory, or on a taken port, thus stops before it can
+//! change anything the running agent owns.
 //!
 //! The loop starts with a pass at once (the Go program waited one interval), re-attaches
 //! first to PVE tasks a previous run started but never saw finish, and then waits for the
@@ -16,6 +23,7 @@
 
 pub mod breaker;
 pub mod gate;
+pub mod lock;
 pub mod notify;
 pub mod pass;
 pub mod retry;
@@ -35,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{AgentConfig, NodeScope};
 use crate::http::metrics::Metrics;
+use crate::http::serve::{Limits, ListenerCounts};
 use crate::http::{self, HttpState};
 use crate::observe::error_text;
 use crate::reconcile::{Context, PlanOptions};
@@ -62,9 +71,15 @@ pub enum AgentError {
     /// The PVE client could not be built.
     #[error("setting up the PVE client for {0}")]
     Pve(String, #[source] proxops_pve::PveError),
+    /// Another agent holds the state directory, or it could not be locked.
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
     /// The HTTP listener could not be bound.
     #[error("listening on {0}")]
     Listen(SocketAddr, #[source] std::io::Error),
+    /// The webhook listener (`[webhook] listen`) could not be bound.
+    #[error("listening for webhooks on {0}")]
+    WebhookListen(SocketAddr, #[source] std::io::Error),
     /// The bound address could not be written to `state_dir`.
     #[error("writing the listener's address to {}", .0.display())]
     HttpAddr(PathBuf, #[source] std::io::Error),
@@ -85,11 +100,20 @@ pub fn http_addr_path(state_dir: &Path) -> PathBuf {
     state_dir.join("http.addr")
 }
 
-/// Writes `addr` to [`http_addr_path`] atomically (a temporary file renamed over it), so a
+/// Path of the file inside `state_dir` that holds the address the webhook listener (`[webhook]
+/// listen`) is bound to, as [`http_addr_path`] does for the status API.
+pub fn webhook_addr_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("webhook.addr")
+}
+
+/// Writes `addr` to `path` in `state_dir` atomically (a temporary file renamed over it), so a
 /// reader sees the previous address or the new one, never a partial line.
-fn write_http_addr(state_dir: &Path, addr: SocketAddr) -> Result<(), AgentError> {
-    let path = http_addr_path(state_dir);
-    let temporary = state_dir.join("http.addr.tmp");
+fn write_addr(state_dir: &Path, path: PathBuf, addr: SocketAddr) -> Result<(), AgentError> {
+    let temporary = state_dir.join(format!(
+        "{}.tmp",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    ));
     std::fs::write(&temporary, format!("{addr}\n"))
         .and_then(|()| std::fs::rename(&temporary, &path))
         .map_err(|e| AgentError::HttpAddr(path, e))
@@ -163,6 +187,30 @@ pub async fn run(
     mut reload: mpsc::Receiver<()>,
 ) -> Result<(), AgentError> {
     let config = AgentConfig::load(config_path)?;
+    // First: nothing in the state directory is opened before this agent owns it.
+    let state_lock = lock::lock_state_dir(&config.state_dir)?;
+    tracing::debug!(lock = %state_lock.path().display(), "state directory locked");
+    warn_about_exposure(&config);
+    // `listen` may have port 0: what counts from here on is the address actually bound.
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| AgentError::Listen(config.listen, e))?;
+    let listen = listener
+        .local_addr()
+        .map_err(|e| AgentError::Listen(config.listen, e))?;
+    let webhook_listener = match config.webhook.as_ref().and_then(|w| w.listen) {
+        Some(address) => {
+            let bound = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|e| AgentError::WebhookListen(address, e))?;
+            let local = bound
+                .local_addr()
+                .map_err(|e| AgentError::WebhookListen(address, e))?;
+            Some((bound, local))
+        }
+        None => None,
+    };
+
     let store = Store::open(&database_path(&config.state_dir)).map_err(AgentError::Store)?;
     let store: SharedStore = Arc::new(Mutex::new(store));
     {
@@ -209,25 +257,42 @@ pub async fn run(
         webhook_metrics: webhook.as_ref().map(|w| w.metrics.clone()),
         node_label: running.deps.node_label.clone(),
     };
-    // `listen` may have port 0: what counts from here on is the address actually bound.
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| AgentError::Listen(config.listen, e))?;
-    let listen = listener
-        .local_addr()
-        .map_err(|e| AgentError::Listen(config.listen, e))?;
-    write_http_addr(&config.state_dir, listen)?;
+    write_addr(&config.state_dir, http_addr_path(&config.state_dir), listen)?;
+    let access = http::access::Access::from_config(&config, config_path);
+    let mut servers = Vec::new();
+    if let Some(webhook) = &webhook {
+        servers.push(tokio::spawn(crate::webhook::report_rejections(
+            webhook.clone(),
+            shutdown.clone(),
+        )));
+    }
+    let (shared_webhook, own_webhook) = match webhook_listener {
+        Some(bound) => (None, webhook.map(|w| (w, bound))),
+        None => (webhook, None),
+    };
+    if let Some((webhook, (bound, local))) = own_webhook {
+        write_addr(
+            &config.state_dir,
+            webhook_addr_path(&config.state_dir),
+            local,
+        )?;
+        tracing::info!(listen = %local, "webhook listener started");
+        servers.push(tokio::spawn(http::serve::serve(
+            bound,
+            crate::webhook::router(webhook),
+            Limits::WEBHOOK,
+            Arc::new(ListenerCounts::default()),
+            shutdown.clone(),
+        )));
+    }
     tracing::info!(%listen, node = %running.deps.node_label, "agent started");
-    let server_shutdown = shutdown.clone();
-    let server = tokio::spawn(async move {
-        let app = http::router(http_state, webhook);
-        if let Err(error) = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-            .await
-        {
-            tracing::error!(%error, "HTTP server stopped");
-        }
-    });
+    servers.push(tokio::spawn(http::serve::serve(
+        listener,
+        http::router(http_state, shared_webhook, access),
+        Limits::STATUS,
+        Arc::new(ListenerCounts::default()),
+        shutdown.clone(),
+    )));
     let interrupt_on_shutdown = {
         let shutdown = shutdown.clone();
         let interrupt = interrupt.clone();
@@ -283,9 +348,46 @@ pub async fn run(
         };
     }
     tracing::info!("agent stopping");
-    let _ = server.await;
+    for server in servers {
+        let _ = server.await;
+    }
     interrupt_on_shutdown.abort();
+    drop(state_lock);
     Ok(())
+}
+
+/// Warnings at every start about what the configuration exposes: plain-http PVE (M3), a
+/// status API beyond loopback without a token (L1).
+fn warn_about_exposure(config: &AgentConfig) {
+    if config.pve.plain_http {
+        tracing::warn!(
+            url = %config.pve.url,
+            "[pve] url is plain http (allow_plain_http = true): the API token crosses the \
+             network in clear; use https:// outside a test rig"
+        );
+    }
+    if !config.listen.ip().is_loopback() && config.http.token.is_none() {
+        tracing::warn!(
+            listen = %config.listen,
+            "[http] listen is not a loopback address and [http] token_file is not set: anyone \
+             who reaches it can read guest names, config values and errors; keep it on \
+             127.0.0.1 (webhooks can have their own [webhook] listen) or set token_file"
+        );
+    }
+    if config.listen.ip().is_unspecified()
+        && !config.http.allowed_hosts.iter().any(|h| h == "*")
+        && config
+            .http
+            .allowed_hosts
+            .iter()
+            .all(|h| ["localhost", "127.0.0.1", "[::1]"].contains(&h.as_str()))
+    {
+        tracing::warn!(
+            listen = %config.listen,
+            "[http] listen is on every address but [http] allowed_hosts names only loopback: \
+             requests naming the node's name or address are refused; list them in allowed_hosts"
+        );
+    }
 }
 
 /// How long until an open write circuit breaker allows its probe: the loop looks again then
