@@ -1040,4 +1040,129 @@ write_breaker_cool_down = "90s"
             assert!(err.contains(expected), "{body}: {err}");
         }
     }
+
+    const PVE: &str = "[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\n";
+
+    fn load_with(body: &str) -> Result<AgentConfig, ConfigError> {
+        let (_dir, path) = write_config(&format!("node = \"pve1\"\n{body}"));
+        AgentConfig::load(&path)
+    }
+
+    #[test]
+    fn a_plain_http_pve_url_is_refused_unless_allowed_and_then_takes_no_trust_setting() {
+        let err = load_with(&format!(
+            "{PVE}url = \"http://10.0.0.1:8006\"\ninsecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("pve.url: `http://10.0.0.1:8006` is plain http"),
+            "{err}"
+        );
+        assert!(err.contains("allow_plain_http = true"), "{err}");
+        let config = load_with(&format!(
+            "{PVE}url = \"HTTP://127.0.0.1:8006\"\nallow_plain_http = true\n"
+        ))
+        .unwrap();
+        assert!(config.pve.plain_http);
+        let err = load_with(&format!(
+            "{PVE}url = \"http://127.0.0.1:8006\"\nallow_plain_http = true\nfingerprint = \"{}\"\n",
+            ["AB"; 32].join(":")
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("ca_file and fingerprint would check nothing"),
+            "{err}"
+        );
+        let https = load_with(&format!("{PVE}insecure = true\nallow_plain_http = true\n")).unwrap();
+        assert!(!https.pve.plain_http);
+    }
+
+    #[test]
+    fn allowed_hosts_default_to_loopback_and_the_listen_address() {
+        let config = load_with(&format!(
+            "[http]\nlisten = \"10.0.0.5:9494\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.http.allowed_hosts,
+            ["localhost", "127.0.0.1", "[::1]", "10.0.0.5"]
+        );
+        let config = load_with(&format!(
+            "[http]\nlisten = \"0.0.0.0:9494\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.http.allowed_hosts,
+            ["localhost", "127.0.0.1", "[::1]"]
+        );
+        let config = load_with(&format!(
+            "[http]\nallowed_hosts = [\"PVE1.example.org\", \"[fd00::5]\"]\n{PVE}insecure = true\n"
+        ))
+        .unwrap();
+        assert_eq!(config.http.allowed_hosts, ["pve1.example.org", "[fd00::5]"]);
+        let err = load_with(&format!(
+            "[http]\nallowed_hosts = [\"pve1.example.org:9494\"]\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("http.allowed_hosts: `pve1.example.org:9494` is not a host name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_webhook_listener_and_the_http_token_are_read() {
+        let (dir, path) = write_config(&format!(
+            "node = \"pve1\"\n[webhook]\nsecret_file = \"hook\"\nlisten = \"0.0.0.0:9495\"\n[http]\ntoken_file = \"api-token\"\n{PVE}insecure = true\n"
+        ));
+        std::fs::write(dir.path().join("api-token"), "api-secret-token\n").unwrap();
+        let config = AgentConfig::load(&path).unwrap();
+        assert_eq!(
+            config.webhook.unwrap().listen,
+            Some("0.0.0.0:9495".parse().unwrap())
+        );
+        use secrecy::ExposeSecret;
+        assert_eq!(
+            config.http.token.unwrap().expose_secret(),
+            "api-secret-token"
+        );
+        let err = load_with(&format!(
+            "[webhook]\nsecret_file = \"hook\"\nlisten = \"127.0.0.1:9494\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("webhook.listen: `127.0.0.1:9494` is [http] listen too"),
+            "{err}"
+        );
+        let err = load_with(&format!(
+            "[webhook]\nsecret_file = \"hook\"\nlisten = \"forge-side\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("webhook.listen: `forge-side` is not an address"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_secret_file_readable_by_others_is_recognised_by_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "x").unwrap();
+        for (mode, flagged) in [
+            (0o600, None),
+            (0o400, None),
+            (0o640, Some(0o640)),
+            (0o644, Some(0o644)),
+        ] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(readable_by_others(&file), flagged, "{mode:o}");
+        }
+    }
 }
