@@ -463,7 +463,10 @@ async fn a_rebinding_host_or_a_missing_token_cannot_read_the_status_api() {
     assert!(!stderr.contains("reading the database"), "{stderr}");
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["last_applied"]["commit"], rig.commit.as_str());
-    assert!(status["process_start"].is_string(), "answered by the agent: {status}");
+    assert!(
+        status["process_start"].is_string(),
+        "answered by the agent: {status}"
+    );
     let log = agent.log_text();
     assert!(!log.contains(token), "the token is never logged");
 }
