@@ -12,7 +12,8 @@
 //!   idle keep-alive). The one that waited longest is closed instead. A slowloris attack
 //!   thus costs the attacker its oldest sockets while `/healthz`, a webhook or `proxops
 //!   status` still get in. Only when every slot is in the middle of a request is a new
-//!   connection closed at once (each request is bounded by [`Limits::request_timeout`]).
+//!   connection answered 503 and closed at once (each request is bounded by
+//!   [`Limits::request_timeout`]).
 //!   No crate does this: tower's `ConcurrencyLimit` bounds requests, not sockets, and a
 //!   semaphore in the accept loop would make `/healthz` wait behind the attacker.
 //! - **hyper's `header_read_timeout`** ([`Limits::header_read_timeout`], with hyper-util's
@@ -66,7 +67,10 @@ pub struct Limits {
 impl Limits {
     /// `[http] listen`: the status API, page and metrics (and webhooks, when they share it).
     pub const STATUS: Limits = Limits {
-        max_connections: 256,
+        // With the webhook listener's 128, 640 sockets at most: under systemd's default soft
+        // limit of 1,024 descriptors that leaves 384 for the database, git and PVE. A client
+        // keeping a pool of 256 connections busy (tests/it/flood.rs) stays below the cap.
+        max_connections: 512,
         header_read_timeout: Duration::from_secs(10),
         body_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(15),
@@ -270,6 +274,10 @@ pub async fn serve(
                         "connection cap reached and every connection is busy: closing a new one"
                     );
                 }
+                // An answer the client can read, without waiting for its request.
+                let _ = stream.try_write(
+                    b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+                );
                 drop(stream);
                 continue;
             }

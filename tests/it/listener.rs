@@ -243,7 +243,7 @@ async fn a_thousand_idle_connections_do_not_stop_healthz_or_passes() {
     assert!(figures.connected >= 1_000, "{figures:?}");
     assert_eq!(figures.healthz_failures, 0, "{figures:?}");
     assert!(
-        figures.max_open_files < 600,
+        figures.max_open_files < 700,
         "the cap keeps descriptors for git and PVE: {figures:?}"
     );
     let applied = figures
@@ -251,7 +251,7 @@ async fn a_thousand_idle_connections_do_not_stop_healthz_or_passes() {
         .expect("a commit pushed during the attack is applied during it");
     assert!(applied < hold, "{figures:?}");
     assert!(
-        figures.closed_by_agent >= figures.connected - 256,
+        figures.closed_by_agent >= figures.connected - 512,
         "beyond the cap, held connections are closed: {figures:?}"
     );
 }
