@@ -8,15 +8,11 @@
 //! - [`breaker`], [`gate`]: the write circuit breaker and what it lets a pass write.
 //! - [`status`]: the live view shared with the HTTP API.
 //! - [`notify`]: readiness, reload and stop notifications to systemd (`Type=notify`).
-//! - [`lock`]: one agent per state directory.
+//! - [`lock`]: one agent per state directory (the first thing `crate::serve` takes, before
+//!   the listeners are bound and before [`Agent::start`] opens the database and the mirror).
 //!
-//! Start-up order (SECURITY-AUDIT.md M6): the config is read, then the state directory's
-//! lock is the first thing taken, then the listeners are bound, and only then are the state
-//! database (and its unfinished passes) and the git mirror (and its stale lock files) touched.
-//! A second agent on the same state directory, or on a taken port, thus stops before it can
-//! change anything the running agent owns.
-//!
-//! The loop starts with a pass at once (the Go program waited one interval), re-attaches
+//! The agent as a process, with its HTTP surface, is `crate::serve`; this module knows
+//! nothing of HTTP. The loop starts with a pass at once (the Go program waited one interval), re-attaches
 //! first to PVE tasks a previous run started but never saw finish, and then waits for the
 //! next trigger. Webhook nudges go through a channel of capacity one: while a pass runs,
 //! any number of deliveries coalesce into exactly one more pass.
@@ -42,13 +38,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{AgentConfig, NodeScope};
-use crate::http::metrics::Metrics;
-use crate::http::serve::{Limits, ListenerCounts};
-use crate::http::{self, HttpState};
-use crate::observe::error_text;
+use crate::error_chain::error_text;
+use crate::metrics::Metrics;
 use crate::reconcile::{Context, PlanOptions};
 use crate::source::git::GitSource;
-use crate::webhook::{Nudge, WebhookState};
+use crate::webhook::Nudge;
 use pass::PassDeps;
 use retry::Backoff;
 use schedule::Schedule;
@@ -104,19 +98,6 @@ pub fn http_addr_path(state_dir: &Path) -> PathBuf {
 /// listen`) is bound to, as [`http_addr_path`] does for the status API.
 pub fn webhook_addr_path(state_dir: &Path) -> PathBuf {
     state_dir.join("webhook.addr")
-}
-
-/// Writes `addr` to `path` in `state_dir` atomically (a temporary file renamed over it), so a
-/// reader sees the previous address or the new one, never a partial line.
-fn write_addr(state_dir: &Path, path: PathBuf, addr: SocketAddr) -> Result<(), AgentError> {
-    let temporary = state_dir.join(format!(
-        "{}.tmp",
-        path.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-    ));
-    std::fs::write(&temporary, format!("{addr}\n"))
-        .and_then(|()| std::fs::rename(&temporary, &path))
-        .map_err(|e| AgentError::HttpAddr(path, e))
 }
 
 /// The node label passes are recorded under.
@@ -176,217 +157,145 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
     })
 }
 
-/// Runs the agent until `shutdown` fires (SIGTERM/SIGINT in the binary). `reload` fires on
-/// SIGHUP: the config is read again and used from the next pass on.
-///
-/// # Errors
-/// Start-up failures; once running, pass failures are recorded, not returned.
-pub async fn run(
-    config_path: &Path,
-    shutdown: CancellationToken,
-    mut reload: mpsc::Receiver<()>,
-) -> Result<(), AgentError> {
-    let config = AgentConfig::load(config_path)?;
-    // First: nothing in the state directory is opened before this agent owns it.
-    let state_lock = lock::lock_state_dir(&config.state_dir)?;
-    tracing::debug!(lock = %state_lock.path().display(), "state directory locked");
-    warn_about_exposure(&config);
-    // `listen` may have port 0: what counts from here on is the address actually bound.
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| AgentError::Listen(config.listen, e))?;
-    let listen = listener
-        .local_addr()
-        .map_err(|e| AgentError::Listen(config.listen, e))?;
-    let webhook_listener = match config.webhook.as_ref().and_then(|w| w.listen) {
-        Some(address) => {
-            let bound = tokio::net::TcpListener::bind(address)
-                .await
-                .map_err(|e| AgentError::WebhookListen(address, e))?;
-            let local = bound
-                .local_addr()
-                .map_err(|e| AgentError::WebhookListen(address, e))?;
-            Some((bound, local))
-        }
-        None => None,
-    };
-
-    let store = Store::open(&database_path(&config.state_dir)).map_err(AgentError::Store)?;
-    let store: SharedStore = Arc::new(Mutex::new(store));
-    {
-        let mut guard = store
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Ok(recovered) = guard.recover_unfinished(SystemTime::now())
-            && !recovered.is_empty()
-        {
-            tracing::warn!(
-                passes = recovered.len(),
-                "passes left unfinished by the last run are recorded as interrupted"
-            );
-        }
-    }
-    let live = Arc::new(status::LiveStatus::default());
-    let interrupt = Arc::new(AtomicBool::new(false));
-    let metrics = Arc::new(Metrics::default());
-    let kept = Kept {
-        store: store.clone(),
-        live: live.clone(),
-        interrupt: interrupt.clone(),
-        metrics: metrics.clone(),
-        breaker: Arc::new(Mutex::new(breaker::Breaker::new(
-            config.policy.write_breaker_threshold,
-            config.policy.write_breaker_cool_down,
-        ))),
-    };
-    let mut running = build(&config, config_path, kept.clone())?;
-
-    let (nudge_tx, mut nudge_rx) = mpsc::channel::<Nudge>(1);
-    let webhook = config.webhook.as_ref().map(|w| {
-        let branch = config
-            .source
-            .as_ref()
-            .map_or_else(|| "main".to_owned(), |s| s.branch.clone());
-        WebhookState::new(w.secret.clone(), branch, nudge_tx.clone())
-    });
-    let http_state = HttpState {
-        live: live.clone(),
-        store: store.clone(),
-        metrics: metrics.clone(),
-        pve: running.deps.context.pve.clone(),
-        webhook_metrics: webhook.as_ref().map(|w| w.metrics.clone()),
-        node_label: running.deps.node_label.clone(),
-    };
-    write_addr(&config.state_dir, http_addr_path(&config.state_dir), listen)?;
-    let access = http::access::Access::from_config(&config, config_path);
-    let mut servers = Vec::new();
-    if let Some(webhook) = &webhook {
-        servers.push(tokio::spawn(crate::webhook::report_rejections(
-            webhook.clone(),
-            shutdown.clone(),
-        )));
-    }
-    let (shared_webhook, own_webhook) = match webhook_listener {
-        Some(bound) => (None, webhook.map(|w| (w, bound))),
-        None => (webhook, None),
-    };
-    if let Some((webhook, (bound, local))) = own_webhook {
-        write_addr(
-            &config.state_dir,
-            webhook_addr_path(&config.state_dir),
-            local,
-        )?;
-        tracing::info!(listen = %local, "webhook listener started");
-        servers.push(tokio::spawn(http::serve::serve(
-            bound,
-            crate::webhook::router(webhook),
-            Limits::WEBHOOK,
-            Arc::new(ListenerCounts::default()),
-            shutdown.clone(),
-        )));
-    }
-    tracing::info!(%listen, node = %running.deps.node_label, "agent started");
-    servers.push(tokio::spawn(http::serve::serve(
-        listener,
-        http::router(http_state, shared_webhook, access),
-        Limits::STATUS,
-        Arc::new(ListenerCounts::default()),
-        shutdown.clone(),
-    )));
-    let interrupt_on_shutdown = {
-        let shutdown = shutdown.clone();
-        let interrupt = interrupt.clone();
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            notify::stopping();
-            interrupt.store(true, Ordering::SeqCst);
-        })
-    };
-
-    // Ready before re-attaching: waiting for a previous run's tasks may outlast systemd's
-    // start timeout, and the status API already answers.
-    notify::ready(listen);
-    reattach(&running.deps, &shutdown).await;
-
-    let mut backoff = Backoff::default();
-    let mut trigger = Trigger::Startup;
-    loop {
-        let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
-        if let Some(last) = live.last() {
-            metrics.pass(&last.outcome);
-        }
-        if shutdown.is_cancelled() {
-            break;
-        }
-        let scheduled = running
-            .schedule
-            .next_delay(chrono::Utc::now(), rand::random::<f64>());
-        let delay = backoff.next_delay(verdict, rand::random::<f64>(), scheduled);
-        let delay = until_probe(&kept.breaker).map_or(delay, |probe| delay.min(probe));
-        trigger = tokio::select! {
-            () = shutdown.cancelled() => break,
-            nudge = nudge_rx.recv() => match nudge {
-                Some(_) => Trigger::Webhook,
-                None => Trigger::Poll,
-            },
-            () = tokio::time::sleep(delay) => Trigger::Poll,
-            Some(()) = reload.recv() => {
-                notify::reloading();
-                match AgentConfig::load(config_path) {
-                    Ok(config) => match build(&config, config_path, kept.clone()) {
-                        Ok(rebuilt) => {
-                            tracing::info!("configuration reloaded");
-                            running = rebuilt;
-                        }
-                        Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
-                    },
-                    Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
-                }
-                notify::reloaded();
-                Trigger::Signal
-            }
-        };
-    }
-    tracing::info!("agent stopping");
-    for server in servers {
-        let _ = server.await;
-    }
-    interrupt_on_shutdown.abort();
-    drop(state_lock);
-    Ok(())
+/// A started agent: its store open (passes a previous run left unfinished recorded as
+/// interrupted) and its first configuration built; [`Agent::run`] runs the loop.
+pub struct Agent {
+    config_path: PathBuf,
+    kept: Kept,
+    running: Running,
+    nudges: mpsc::Receiver<Nudge>,
 }
 
-/// Warnings at every start about what the configuration exposes: plain-http PVE (M3), a
-/// status API beyond loopback without a token (L1).
-fn warn_about_exposure(config: &AgentConfig) {
-    if config.pve.plain_http {
-        tracing::warn!(
-            url = %config.pve.url,
-            "[pve] url is plain http (allow_plain_http = true): the API token crosses the \
-             network in clear; use https:// outside a test rig"
-        );
+/// What the agent shares with its HTTP surface (status API, metrics, webhooks).
+pub struct Shared {
+    /// The state database.
+    pub store: SharedStore,
+    /// The live status.
+    pub live: Arc<status::LiveStatus>,
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// The PVE client of the first configuration (its request counters).
+    pub pve: PveClient,
+    /// The node label passes are recorded under.
+    pub node_label: String,
+    /// Where webhook deliveries nudge the loop (capacity one: deliveries during a pass
+    /// coalesce into one more pass).
+    pub nudges: mpsc::Sender<Nudge>,
+}
+
+impl Agent {
+    /// Opens the store and builds what the first pass needs from `config` (read from
+    /// `config_path`, which a reload reads again).
+    ///
+    /// # Errors
+    /// The store cannot be opened, or the configuration cannot be built (no source, a bad
+    /// schedule, no PVE client).
+    pub fn start(config_path: &Path, config: &AgentConfig) -> Result<(Self, Shared), AgentError> {
+        let store = Store::open(&database_path(&config.state_dir)).map_err(AgentError::Store)?;
+        let store: SharedStore = Arc::new(Mutex::new(store));
+        {
+            let mut guard = store
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Ok(recovered) = guard.recover_unfinished(SystemTime::now())
+                && !recovered.is_empty()
+            {
+                tracing::warn!(
+                    passes = recovered.len(),
+                    "passes left unfinished by the last run are recorded as interrupted"
+                );
+            }
+        }
+        let kept = Kept {
+            store: store.clone(),
+            live: Arc::new(status::LiveStatus::default()),
+            interrupt: Arc::new(AtomicBool::new(false)),
+            metrics: Arc::new(Metrics::default()),
+            breaker: Arc::new(Mutex::new(breaker::Breaker::new(
+                config.policy.write_breaker_threshold,
+                config.policy.write_breaker_cool_down,
+            ))),
+        };
+        let running = build(config, config_path, kept.clone())?;
+        let (nudge_tx, nudges) = mpsc::channel::<Nudge>(1);
+        let shared = Shared {
+            store,
+            live: kept.live.clone(),
+            metrics: kept.metrics.clone(),
+            pve: running.deps.context.pve.clone(),
+            node_label: running.deps.node_label.clone(),
+            nudges: nudge_tx,
+        };
+        let agent = Self {
+            config_path: config_path.to_path_buf(),
+            kept,
+            running,
+            nudges,
+        };
+        Ok((agent, shared))
     }
-    if !config.listen.ip().is_loopback() && config.http.token.is_none() {
-        tracing::warn!(
-            listen = %config.listen,
-            "[http] listen is not a loopback address and [http] token_file is not set: anyone \
-             who reaches it can read guest names, config values and errors; keep it on \
-             127.0.0.1 (webhooks can have their own [webhook] listen) or set token_file"
-        );
-    }
-    if config.listen.ip().is_unspecified()
-        && !config.http.allowed_hosts.iter().any(|h| h == "*")
-        && config
-            .http
-            .allowed_hosts
-            .iter()
-            .all(|h| ["localhost", "127.0.0.1", "[::1]"].contains(&h.as_str()))
-    {
-        tracing::warn!(
-            listen = %config.listen,
-            "[http] listen is on every address but [http] allowed_hosts names only loopback: \
-             requests naming the node's name or address are refused; list them in allowed_hosts"
-        );
+
+    /// Runs the loop until `shutdown` fires (SIGTERM/SIGINT in the binary): re-attaches to
+    /// the tasks a previous run left running, then one pass per trigger. `reload` fires on
+    /// SIGHUP: the config is read again and used from the next pass on.
+    pub async fn run(self, shutdown: CancellationToken, mut reload: mpsc::Receiver<()>) {
+        let Self {
+            config_path,
+            kept,
+            mut running,
+            mut nudges,
+        } = self;
+        let interrupt_on_shutdown = {
+            let shutdown = shutdown.clone();
+            let interrupt = kept.interrupt.clone();
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                notify::stopping();
+                interrupt.store(true, Ordering::SeqCst);
+            })
+        };
+        reattach(&running.deps, &shutdown).await;
+
+        let mut backoff = Backoff::default();
+        let mut trigger = Trigger::Startup;
+        loop {
+            let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
+            if let Some(last) = kept.live.last() {
+                kept.metrics.pass(&last.outcome);
+            }
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let scheduled = running
+                .schedule
+                .next_delay(chrono::Utc::now(), rand::random::<f64>());
+            let delay = backoff.next_delay(verdict, rand::random::<f64>(), scheduled);
+            let delay = until_probe(&kept.breaker).map_or(delay, |probe| delay.min(probe));
+            trigger = tokio::select! {
+                () = shutdown.cancelled() => break,
+                nudge = nudges.recv() => match nudge {
+                    Some(_) => Trigger::Webhook,
+                    None => Trigger::Poll,
+                },
+                () = tokio::time::sleep(delay) => Trigger::Poll,
+                Some(()) = reload.recv() => {
+                    notify::reloading();
+                    match AgentConfig::load(&config_path) {
+                        Ok(config) => match build(&config, &config_path, kept.clone()) {
+                            Ok(rebuilt) => {
+                                tracing::info!("configuration reloaded");
+                                running = rebuilt;
+                            }
+                            Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
+                        },
+                        Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
+                    }
+                    notify::reloaded();
+                    Trigger::Signal
+                }
+            };
+        }
+        interrupt_on_shutdown.abort();
     }
 }
 

@@ -8,8 +8,8 @@ use proxops_pve::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::error_chain::error_text;
 use crate::execute::{Event, FailureClass, Options, Outcome, Progress};
-use crate::observe::error_text;
 
 pub(super) async fn run(
     pve: &PveClient,

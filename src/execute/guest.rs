@@ -25,8 +25,8 @@ use proxops_pve::{PveClient, PveError, Request, TaskError, Upid, wait_for_task};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::error_chain::error_text;
 use crate::execute::{Event, FailureClass, Options, Outcome, Progress};
-use crate::observe::error_text;
 
 /// Seconds since the epoch, as PVE writes a task's start time.
 fn epoch_now() -> u64 {

@@ -10,10 +10,8 @@
 //! answer. How connections are bounded is [`serve`].
 
 pub mod access;
-pub mod metrics;
 mod page;
 pub mod serve;
-pub mod tally;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -29,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::agent::status::{BreakerView, LiveStatus};
+use crate::metrics::{Metrics, Scraped};
 use crate::timefmt::rfc3339;
 use crate::webhook::{WebhookMetrics, WebhookState};
-use metrics::{Metrics, Scraped};
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -243,7 +241,7 @@ async fn read_store<T: Send + 'static>(
     match joined {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => {
-            tracing::error!(error = %crate::observe::error_text(&error), "reading the state database");
+            tracing::error!(error = %crate::error_chain::error_text(&error), "reading the state database");
             Err((
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "state database unavailable",

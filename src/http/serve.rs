@@ -43,7 +43,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
-use super::tally::Tally;
+use crate::webhook::tally::Tally;
 
 /// The largest request head (request line and headers) read from a connection.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;

@@ -20,7 +20,7 @@
 //! refused from its headers, so it never gets a body buffered; at most
 //! [`MAX_BODIES_IN_FLIGHT`] bodies (of at most 5 MiB each) are in memory at once, where 200
 //! connections each sending 5 MiB − 1 byte took the agent from 24 MB to 1.06 GB. Rejections are
-//! logged aggregated ([`crate::http::tally`]): the first of a quiet minute in full, the rest as
+//! logged aggregated ([`tally`]): the first of a quiet minute in full, the rest as
 //! one count per minute, without the secret or the signature. The replay guard keys on the
 //! body alone, so one captured delivery cannot start a pass on each of the four endpoints.
 //! Form-encoded deliveries (`application/x-www-form-urlencoded`, GitHub's default, with the
@@ -30,11 +30,13 @@ pub mod event;
 pub mod provider;
 pub mod replay;
 pub mod signature;
+pub mod tally;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::error_chain::error_text;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -47,7 +49,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
-use crate::http::tally::Tally;
+use tally::Tally;
 
 pub use event::{Event, EventError};
 pub use provider::Provider;
@@ -290,9 +292,9 @@ fn deliver(
         Ok(event) => event,
         Err(error) => {
             if state.rejected("unreadable_event") {
-                warn!(%provider, ?delivery, error = %error_chain(&error), "signed webhook delivery unreadable");
+                warn!(%provider, ?delivery, error = %error_text(&error), "signed webhook delivery unreadable");
             } else {
-                debug!(%provider, ?delivery, error = %error_chain(&error), "signed webhook delivery unreadable");
+                debug!(%provider, ?delivery, error = %error_text(&error), "signed webhook delivery unreadable");
             }
             return (StatusCode::BAD_REQUEST, "unreadable event\n");
         }
@@ -306,7 +308,8 @@ fn deliver(
         }
         Event::Push { branch } if branch == state.branch => {
             let now = Instant::now();
-            if state.replays.is_replay(&body, now) {
+            // Claimed before the nudge: of concurrent copies only the first may nudge.
+            if !state.replays.claim(&body, now) {
                 WebhookMetrics::count(&metrics.coalesced);
                 debug!(%provider, ?delivery, %branch, "webhook push identical to one accepted recently: a replay, nothing new");
                 return (
@@ -316,13 +319,11 @@ fn deliver(
             }
             match state.nudge.try_send(Nudge { provider }) {
                 Ok(()) => {
-                    state.replays.record(&body, now);
                     WebhookMetrics::count(&metrics.accepted);
                     info!(%provider, ?delivery, %branch, "webhook push: pass requested");
                     (StatusCode::ACCEPTED, "accepted\n")
                 }
                 Err(TrySendError::Full(_)) => {
-                    state.replays.record(&body, now);
                     WebhookMetrics::count(&metrics.coalesced);
                     debug!(%provider, ?delivery, %branch, "webhook push: a pass is already pending");
                     (StatusCode::ACCEPTED, "coalesced with a pending pass\n")
@@ -354,18 +355,6 @@ fn delivery_id(provider: Provider, headers: &HeaderMap) -> Option<&str> {
         }
         HeaderLookup::Absent | HeaderLookup::Repeated { .. } => None,
     }
-}
-
-/// `error: cause: cause` on one line for the log.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -32,25 +32,24 @@ pub struct Replays {
 }
 
 impl Replays {
-    /// Whether an identical delivery (to any endpoint) was recorded within the window before
-    /// `now`.
-    pub fn is_replay(&self, body: &[u8], now: Instant) -> bool {
-        let digest = digest(body);
-        self.lock()
-            .iter()
-            .any(|(d, at)| *d == digest && now.saturating_duration_since(*at) < REPLAY_WINDOW)
-    }
-
-    /// Records an accepted delivery (once: concurrent copies may all get here), forgetting the
-    /// oldest beyond the capacity.
-    pub fn record(&self, body: &[u8], now: Instant) {
+    /// Records an accepted delivery and says whether it is new: `false` when an identical one
+    /// was recorded within the window before `now` (a replay). One lock covers the check and
+    /// the record, so of concurrent copies exactly one is new.
+    pub fn claim(&self, body: &[u8], now: Instant) -> bool {
         let digest = digest(body);
         let mut seen = self.lock();
+        let replay = seen
+            .iter()
+            .any(|(d, at)| *d == digest && now.saturating_duration_since(*at) < REPLAY_WINDOW);
+        if replay {
+            return false;
+        }
         seen.retain(|(d, _)| *d != digest);
         if seen.len() == CAPACITY {
             seen.pop_front();
         }
         seen.push_back((digest, now));
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<([u8; 32], Instant)>> {
@@ -67,18 +66,19 @@ fn digest(body: &[u8]) -> [u8; 32] {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
     fn an_identical_body_is_a_replay_within_the_window_only() {
         let replays = Replays::default();
         let start = Instant::now();
-        assert!(!replays.is_replay(b"push", start));
-        replays.record(b"push", start);
-        assert!(replays.is_replay(b"push", start));
-        assert!(!replays.is_replay(b"push ", start));
+        assert!(replays.claim(b"push", start));
+        assert!(!replays.claim(b"push", start));
+        assert!(replays.claim(b"push ", start));
         let later = start + REPLAY_WINDOW;
-        assert!(!replays.is_replay(b"push", later));
+        assert!(replays.claim(b"push", later));
     }
 
     #[test]
@@ -86,22 +86,35 @@ mod tests {
         let replays = Replays::default();
         let now = Instant::now();
         for i in 0..=CAPACITY {
-            replays.record(i.to_string().as_bytes(), now);
+            assert!(replays.claim(i.to_string().as_bytes(), now));
         }
-        assert!(!replays.is_replay(b"0", now));
-        assert!(replays.is_replay(b"1", now));
-        assert!(replays.is_replay(CAPACITY.to_string().as_bytes(), now));
+        assert!(replays.claim(b"0", now));
+        assert!(!replays.claim(CAPACITY.to_string().as_bytes(), now));
     }
 
     #[test]
-    fn recording_the_same_delivery_again_keeps_one_entry() {
+    fn a_delivery_claimed_again_after_the_window_keeps_one_entry() {
         let replays = Replays::default();
-        let now = Instant::now();
-        replays.record(b"first", now);
-        for _ in 0..CAPACITY {
-            replays.record(b"flood", now);
-        }
-        assert!(replays.is_replay(b"first", now));
+        let start = Instant::now();
+        replays.claim(b"first", start);
+        replays.claim(b"flood", start);
+        assert!(replays.claim(b"flood", start + REPLAY_WINDOW));
         assert_eq!(replays.lock().len(), 2);
+    }
+
+    #[test]
+    fn of_concurrent_copies_of_one_delivery_exactly_one_is_new() {
+        let replays = Arc::new(Replays::default());
+        let now = Instant::now();
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let replays = Arc::clone(&replays);
+                std::thread::spawn(move || {
+                    (0..100).filter(|_| replays.claim(b"flood", now)).count()
+                })
+            })
+            .collect();
+        let new: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(new, 1);
     }
 }

@@ -213,6 +213,7 @@ async fn idle_connection_attack(connections: usize, hold: Duration) -> IdleFigur
     }
 }
 
+#[allow(clippy::print_stderr, reason = "the figures RELIABILITY.md reports")]
 fn print_figures(figures: &IdleFigures, hold: Duration) {
     let ms = &figures.healthz_ms;
     eprintln!(
@@ -271,6 +272,7 @@ async fn idle_connection_figures() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr, reason = "the figures RELIABILITY.md reports")]
 async fn two_hundred_large_webhook_bodies_at_once_do_not_grow_the_agent_beyond_a_few() {
     let rig = Rig::start().await;
     let agent = AgentProcess::spawn(&rig.toml("bodies"), &rig.config("bodies"), "info");
