@@ -960,6 +960,8 @@ pub struct Inputs<'a> {
     pub pve: &'a PveClient,
     /// The token id, for messages.
     pub token_id: &'a str,
+    /// `[pve] url`: plain `http://` (allowed by `allow_plain_http`) is reported.
+    pub pve_url: &'a str,
     /// The configured node scope.
     pub scope: &'a NodeScope,
     /// The desired state (None when the repository did not load; the item says why).
@@ -974,6 +976,22 @@ pub struct Inputs<'a> {
 /// Runs every check against PVE.
 pub async fn run(inputs: Inputs<'_>) -> Report {
     let mut items = Vec::new();
+    // SECURITY-AUDIT.md M3: over http:// the token crosses the wire in clear.
+    if inputs
+        .pve_url
+        .get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+    {
+        items.push(Item::problem(
+            "pve",
+            "url",
+            format!(
+                "{} is plain http: the API token crosses the network in clear",
+                inputs.pve_url
+            ),
+            "use https:// outside a test rig (allow_plain_http = true allows http)",
+        ));
+    }
     let pve = inputs.pve;
     match pve.version().await {
         Ok(v) => items.push(Item::ok(
