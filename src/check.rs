@@ -261,10 +261,16 @@ pub fn missing_privileges(requirements: &[Requirement], granted: &Granted) -> Ve
         let Some(first) = req.options.first() else {
             continue;
         };
+        // An alternative needing Sys.Modify on `/` is never proposed: docs/operations.md says
+        // not to grant it (it would let the token change the cluster's configuration).
         let others: Vec<String> = req
             .options
             .iter()
             .skip(1)
+            .filter(|o| {
+                !o.iter()
+                    .any(|p| p.path == "/" && p.privilege == "Sys.Modify")
+            })
             .map(|o| {
                 o.iter()
                     .map(|p| format!("{} on {}", p.privilege, p.path))
@@ -396,94 +402,186 @@ fn allocates(value: &str) -> bool {
         .is_some_and(|(_, rest)| rest == "cloudinit" || rest.parse::<f64>().is_ok() || rest == "0")
 }
 
+/// pve-storage `check_volume_access` for an ISO, a CT template or an import image:
+/// `Datastore.AllocateSpace` or `Datastore.Audit` (`check_any`, in that order).
 fn volume_access(storage: &str, why: &str) -> Requirement {
     let path = format!("/storage/{storage}");
     require_any(
         why,
         vec![
-            vec![pp(&path, "Datastore.Audit")],
             vec![pp(&path, "Datastore.AllocateSpace")],
+            vec![pp(&path, "Datastore.Audit")],
         ],
     )
 }
 
-/// The config privileges of writing `key = value` on guest `vmid`.
+/// When a config key is written: at create (`create_vm`, where qemu-server asks no drive
+/// privilege) or on an existing guest (`$update_vm_api` / `update_vm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    Create,
+    Update,
+}
+
+/// Whether a qemu drive value is a cloud-init drive (`<storage>:cloudinit` or an allocated
+/// `vm-<id>-cloudinit` volume).
+fn is_cloudinit(value: &str) -> bool {
+    let first = value.split(',').next().unwrap_or_default();
+    first == "cloudinit"
+        || first
+            .split_once(':')
+            .is_some_and(|(_, v)| v == "cloudinit" || v.contains("-cloudinit"))
+}
+
+/// A NIC value's `SDN.Use` path (pve-guest-common `check_vnet_access`): the VLAN path
+/// `/sdn/zones/localnetwork/<bridge>/<tag>` when the NIC has a `tag`, else the bridge's.
+fn vnet_path(value: &str) -> Option<String> {
+    let p = PropertyString::parse(value, None);
+    let bridge = p.get("bridge")?;
+    Some(match p.get("tag").filter(|t| !t.is_empty() && *t != "0") {
+        Some(tag) => format!("/sdn/zones/localnetwork/{bridge}/{tag}"),
+        None => format!("/sdn/zones/localnetwork/{bridge}"),
+    })
+}
+
+/// The privileges of writing `key = value` (or deleting it, `value` None) on guest `vmid`, as
+/// PVE 9's handlers check them:
+///
+/// * qemu (qemu-server src/PVE/API2/Qemu.pm @ e6352be): `$check_vm_modify_config_perm`'s
+///   option tables for non-drive keys (cloud-init keys and `ipconfigN` any of
+///   `VM.Config.Cloudinit` or `VM.Config.Network`; `startup` also `Sys.Modify` on `/`);
+///   drives at create only their storage (`$check_storage_access`), on an existing VM also
+///   `$check_drive_perms` of the old and the new value (a cloud-init drive
+///   `VM.Config.Cloudinit` and `VM.Config.CDROM`, a CD-ROM `VM.Config.CDROM`, else
+///   `VM.Config.Disk`); `tags` `VM.Config.Options` (`assert_tag_permissions`);
+/// * lxc (pve-container src/PVE/LXC.pm @ 94f5585, `check_ct_modify_config_perm`), the same
+///   at create and on update; `features` with only `nesting` needs `VM.Allocate`;
+/// * a NIC `SDN.Use` on its bridge, or its VLAN when tagged (`check_vnet_access`).
 fn config_requirements(
     guest_type: GuestType,
     vmid: u32,
     key: &str,
     value: Option<&str>,
+    old: Option<&str>,
+    write: Write,
     why: &str,
 ) -> Vec<Requirement> {
     let vm = format!("/vms/{vmid}");
     let mut out = Vec::new();
     let value = value.unwrap_or_default();
+    let on_vm = |privilege: &str| require(why, vec![pp(&vm, privilege)]);
     let disk = match guest_type {
         GuestType::Qemu => is_qemu_disk(key),
         GuestType::Lxc => key == "rootfs" || index_key(key, &["mp", "unused"]),
     };
-    let privilege = if disk {
-        if value.contains("media=cdrom") {
-            "VM.Config.CDROM"
-        } else {
-            "VM.Config.Disk"
-        }
-    } else if is_net(key) {
-        "VM.Config.Network"
-    } else {
-        match (guest_type, key) {
-            (_, "cores" | "cpulimit" | "cpuunits")
-            | (GuestType::Qemu, "cpu" | "numa" | "sockets" | "vcpus" | "smp" | "affinity") => {
-                "VM.Config.CPU"
+    if disk {
+        let drive_privs = |v: &str| -> Vec<&'static str> {
+            if guest_type == GuestType::Lxc {
+                vec!["VM.Config.Disk"]
+            } else if is_cloudinit(v) {
+                vec!["VM.Config.Cloudinit", "VM.Config.CDROM"]
+            } else if v.contains("media=cdrom") {
+                vec!["VM.Config.CDROM"]
+            } else {
+                vec!["VM.Config.Disk"]
             }
-            (_, "memory") | (GuestType::Qemu, "balloon" | "shares") | (GuestType::Lxc, "swap") => {
-                "VM.Config.Memory"
+        };
+        if guest_type == GuestType::Lxc || write == Write::Update {
+            let mut privs = drive_privs(value);
+            if guest_type == GuestType::Qemu
+                && let Some(old) = old.filter(|o| !o.is_empty())
+            {
+                privs.extend(drive_privs(old));
             }
-            (
-                GuestType::Qemu,
-                "acpi" | "hotplug" | "kvm" | "machine" | "scsihw" | "smbios1" | "tablet" | "vga"
-                | "watchdog" | "audio0",
-            ) => "VM.Config.HWType",
-            (
-                GuestType::Qemu,
-                "ciuser" | "cipassword" | "citype" | "cicustom" | "sshkeys" | "nameserver"
-                | "searchdomain" | "ciupgrade",
-            ) => "VM.Config.Cloudinit",
-            (GuestType::Qemu, "boot" | "bootdisk" | "vmstatestorage") => "VM.Config.Disk",
-            (GuestType::Qemu, k) if index_key(k, &["ipconfig"]) => "VM.Config.Network",
-            (GuestType::Lxc, "nameserver" | "searchdomain" | "hostname") => "VM.Config.Network",
-            _ => "VM.Config.Options",
-        }
-    };
-    out.push(require(why, vec![pp(&vm, privilege)]));
-    if guest_type == GuestType::Qemu && key == "startup" {
-        out.push(require(why, vec![pp("/", "Sys.Modify")]));
-    }
-    if disk && let Some(storage) = storage_of(value) {
-        if allocates(value) || guest_type == GuestType::Lxc {
+            privs.sort_unstable();
+            privs.dedup();
             out.push(require(
                 why,
-                vec![pp(format!("/storage/{storage}"), "Datastore.AllocateSpace")],
+                privs.into_iter().map(|p| pp(&vm, p)).collect(),
             ));
-        } else {
-            out.push(volume_access(storage, why));
         }
-    }
-    if disk
-        && let Some(src) = value
+        if let Some(storage) = storage_of(value)
+            && !is_cloudinit(value)
+        {
+            if allocates(value) || guest_type == GuestType::Lxc {
+                out.push(require(
+                    why,
+                    vec![pp(format!("/storage/{storage}"), "Datastore.AllocateSpace")],
+                ));
+            } else {
+                out.push(volume_access(storage, why));
+            }
+        }
+        if let Some(src) = value
             .split(',')
             .find_map(|p| p.strip_prefix("import-from="))
-        && let Some(storage) = storage_of(src)
-    {
-        out.push(volume_access(storage, why));
+            && let Some(storage) = storage_of(src)
+        {
+            out.push(volume_access(storage, why));
+        }
+        return out;
     }
-    if is_net(key)
-        && let Some(bridge) = bridge_of(value)
-    {
-        out.push(require(
-            why,
-            vec![pp(format!("/sdn/zones/localnetwork/{bridge}"), "SDN.Use")],
-        ));
+    if key == "tags" {
+        out.push(on_vm("VM.Config.Options"));
+        return out;
+    }
+    match guest_type {
+        GuestType::Qemu => match key {
+            k if is_net(k) => out.push(on_vm("VM.Config.Network")),
+            "cores" | "cpu" | "cpulimit" | "cpuunits" | "numa" | "sockets" | "vcpus" | "smp" => {
+                out.push(on_vm("VM.Config.CPU"));
+            }
+            "memory" | "balloon" | "shares" | "allow-ksm" => out.push(on_vm("VM.Config.Memory")),
+            "acpi" | "hotplug" | "kvm" | "machine" | "scsihw" | "smbios1" | "tablet" | "vga"
+            | "watchdog" | "audio0" | "rng0" => out.push(on_vm("VM.Config.HWType")),
+            k if index_key(k, &["serial", "usb"]) => out.push(on_vm("VM.Config.HWType")),
+            "boot" | "bootdisk" | "vmstatestorage" => out.push(on_vm("VM.Config.Disk")),
+            "freeze" => out.push(on_vm("VM.PowerMgmt")),
+            "ciuser" | "cipassword" | "citype" | "cicustom" | "sshkeys" | "nameserver"
+            | "searchdomain" | "ciupgrade" => out.push(require_any(
+                why,
+                vec![
+                    vec![pp(&vm, "VM.Config.Cloudinit")],
+                    vec![pp(&vm, "VM.Config.Network")],
+                ],
+            )),
+            k if index_key(k, &["ipconfig"]) => out.push(require_any(
+                why,
+                vec![
+                    vec![pp(&vm, "VM.Config.Cloudinit")],
+                    vec![pp(&vm, "VM.Config.Network")],
+                ],
+            )),
+            k if k.starts_with("numa") => out.push(on_vm("VM.Config.CPU")),
+            "startup" => {
+                out.push(on_vm("VM.Config.Options"));
+                out.push(require(why, vec![pp("/", "Sys.Modify")]));
+            }
+            _ => out.push(on_vm("VM.Config.Options")),
+        },
+        GuestType::Lxc => match key {
+            k if is_net(k) => out.push(on_vm("VM.Config.Network")),
+            "cores" | "cpulimit" | "cpuunits" => out.push(on_vm("VM.Config.CPU")),
+            "memory" | "swap" => out.push(on_vm("VM.Config.Memory")),
+            "nameserver" | "searchdomain" | "hostname" => out.push(on_vm("VM.Config.Network")),
+            "features" => {
+                let nesting_only = PropertyString::parse(value, None)
+                    .items()
+                    .iter()
+                    .all(|(k, _)| k == "nesting");
+                if nesting_only {
+                    out.push(on_vm("VM.Allocate"));
+                }
+            }
+            _ => out.push(on_vm("VM.Config.Options")),
+        },
+    }
+    if is_net(key) {
+        for v in [Some(value), old].into_iter().flatten() {
+            if let Some(path) = vnet_path(v) {
+                out.push(require(why, vec![pp(path, "SDN.Use")]));
+            }
+        }
     }
     out
 }
@@ -544,28 +642,36 @@ fn action_requirements(
                     "Datastore.AllocateTemplate",
                 )],
             ));
+            // The schema's `or`: Sys.AccessNetwork on the node, or Sys.Audit and Sys.Modify
+            // on `/` (which `missing_privileges` never proposes).
             out.push(require_any(
                 &why,
                 vec![
-                    vec![pp("/", "Sys.Audit"), pp("/", "Sys.Modify")],
                     vec![pp(format!("/nodes/{node}"), "Sys.AccessNetwork")],
+                    vec![pp("/", "Sys.Audit"), pp("/", "Sys.Modify")],
                 ],
             ));
         }
         Verb::Create(c) => {
-            out.push(require(
-                &why,
-                vec![pp(format!("/vms/{}", c.vmid), "VM.Allocate")],
-            ));
-            // PVE creates a privileged container unless told otherwise.
+            let vm = format!("/vms/{}", c.vmid);
+            out.push(require(&why, vec![pp(&vm, "VM.Allocate")]));
+            if c.params.get("start").map(String::as_str) == Some("1") {
+                out.push(require(&why, vec![pp(&vm, "VM.PowerMgmt")]));
+            }
+            // PVE 9 creates an unprivileged container unless `unprivileged=0` is sent
+            // (pve-container create_vm: `$unprivileged = 1 if !defined($unprivileged)`).
             if c.guest_type == GuestType::Lxc
-                && c.params.get("unprivileged").map(String::as_str) != Some("1")
+                && c.params.get("unprivileged").map(String::as_str) == Some("0")
             {
                 out.push(require(&why, vec![pp("/", "Sys.Modify")]));
             }
             for (key, value) in &c.params {
                 match (c.guest_type, key.as_str()) {
                     (_, "start" | "pool" | "vmid") => {}
+                    (_, "storage") => out.push(require(
+                        &why,
+                        vec![pp(format!("/storage/{value}"), "Datastore.AllocateSpace")],
+                    )),
                     (GuestType::Lxc, "ostemplate") => {
                         if let Some(storage) = storage_of(value) {
                             out.push(volume_access(storage, &why));
@@ -577,6 +683,8 @@ fn action_requirements(
                         c.vmid,
                         key,
                         Some(value),
+                        None,
+                        Write::Create,
                         &why,
                     )),
                 }
@@ -611,29 +719,50 @@ fn action_requirements(
                         c.vmid,
                         key,
                         Some(&owned.value),
+                        None,
+                        Write::Update,
                         &why,
                     ));
                 }
             }
         }
         Verb::Update(u) => {
+            let observed = |key: &str| {
+                u.changes
+                    .iter()
+                    .find(|c| c.field == key)
+                    .map(|c| c.observed.as_str())
+            };
             for (key, value) in &u.set {
                 out.extend(config_requirements(
                     u.guest_type,
                     u.vmid,
                     key,
                     Some(value),
+                    observed(key),
+                    Write::Update,
                     &why,
                 ));
             }
             for key in &u.delete {
-                out.extend(config_requirements(u.guest_type, u.vmid, key, None, &why));
+                out.extend(config_requirements(
+                    u.guest_type,
+                    u.vmid,
+                    key,
+                    None,
+                    observed(key),
+                    Write::Update,
+                    &why,
+                ));
             }
             if !u.grow.is_empty() {
-                out.push(require(
-                    &why,
-                    vec![pp(format!("/vms/{}", u.vmid), "VM.Config.Disk")],
-                ));
+                let vm = format!("/vms/{}", u.vmid);
+                out.push(require(&why, vec![pp(&vm, "VM.Config.Disk")]));
+                // pve-container's `resize_vm` runs check_ct_modify_config_perm over its
+                // remaining `disk` parameter: VM.Config.Options.
+                if u.guest_type == GuestType::Lxc {
+                    out.push(require(&why, vec![pp(&vm, "VM.Config.Options")]));
+                }
             }
         }
         Verb::Shutdown(g) | Verb::Start(g) | Verb::Reboot(g) => {
@@ -751,6 +880,28 @@ fn merged_content(have: &str, add: &[&str]) -> String {
     all.join(",")
 }
 
+/// The command that grants `need` to the token: for the documented `--privsep 0` token an
+/// ACL entry for its **user** (such a token has exactly its user's privileges and ignores
+/// entries for the token itself, pve-access-control `RPCEnvironment::permissions`); a token
+/// with privilege separation needs it on both.
+fn grant_hint(token_id: &str, need: &PathPrivilege) -> String {
+    let user = token_id.split_once('!').map_or(token_id, |(u, _)| u);
+    let grant = |flag: &str, who: &str| {
+        format!(
+            "pveum acl modify {} {flag} '{who}' --roles <a role with {}>",
+            need.path, need.privilege
+        )
+    };
+    if user == token_id {
+        return grant("--users", user);
+    }
+    format!(
+        "{} (with privilege separation also {})",
+        grant("--users", user),
+        grant("--tokens", token_id)
+    )
+}
+
 /// Turns the missing privileges into checklist items (one ok item when nothing is missing).
 pub fn privilege_items(token_id: &str, requirements: usize, missing: &[Missing]) -> Vec<Item> {
     if missing.is_empty() {
@@ -776,11 +927,7 @@ pub fn privilege_items(token_id: &str, requirements: usize, missing: &[Missing])
                 "privilege",
                 format!("{} on {}", m.need.privilege, m.need.path),
                 detail,
-                format!(
-                    "pveum acl modify {} --tokens '{token_id}' --roles <a role with {}> \
-                     (with privilege separation the token's user needs it too)",
-                    m.need.path, m.need.privilege
-                ),
+                grant_hint(token_id, &m.need),
             )
         })
         .collect()
@@ -813,6 +960,8 @@ pub struct Inputs<'a> {
     pub pve: &'a PveClient,
     /// The token id, for messages.
     pub token_id: &'a str,
+    /// `[pve] url`: plain `http://` (allowed by `allow_plain_http`) is reported.
+    pub pve_url: &'a str,
     /// The configured node scope.
     pub scope: &'a NodeScope,
     /// The desired state (None when the repository did not load; the item says why).
@@ -827,6 +976,22 @@ pub struct Inputs<'a> {
 /// Runs every check against PVE.
 pub async fn run(inputs: Inputs<'_>) -> Report {
     let mut items = Vec::new();
+    // SECURITY-AUDIT.md M3: over http:// the token crosses the wire in clear.
+    if inputs
+        .pve_url
+        .get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+    {
+        items.push(Item::problem(
+            "pve",
+            "url",
+            format!(
+                "{} is plain http: the API token crosses the network in clear",
+                inputs.pve_url
+            ),
+            "use https:// outside a test rig (allow_plain_http = true allows http)",
+        ));
+    }
     let pve = inputs.pve;
     match pve.version().await {
         Ok(v) => items.push(Item::ok(
@@ -972,6 +1137,14 @@ pub async fn run(inputs: Inputs<'_>) -> Report {
                 requirements.len(),
                 &missing,
             ));
+            let changes = tag_changes(plan);
+            if !changes.is_empty() {
+                let options = pve
+                    .execute(&cluster_options())
+                    .await
+                    .map_err(|e| e.to_string());
+                items.extend(check_tags(&changes, &options, &granted));
+            }
         }
         Err(e) => items.push(Item::problem(
             "privilege",
@@ -981,6 +1154,229 @@ pub async fn run(inputs: Inputs<'_>) -> Report {
         )),
     }
     Report::new(items)
+}
+
+/// The tags a plan adds or removes: tag → the actions doing so, plus whether the action is
+/// a VM create (see [`check_tags`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TagChanges {
+    /// tag → the plan steps that add or remove it.
+    pub tags: BTreeMap<String, BTreeSet<String>>,
+    /// The VM creates that set tags.
+    pub vm_creates: BTreeSet<String>,
+}
+
+impl TagChanges {
+    fn is_empty(&self) -> bool {
+        self.tags.is_empty() && self.vm_creates.is_empty()
+    }
+}
+
+fn split_tag_list(text: &str) -> BTreeSet<String> {
+    text.split([';', ',', ' '])
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The tags the plan's creates and updates change (pve-guest-common
+/// `assert_tag_permissions` checks only tags whose count changes).
+pub fn tag_changes(plan: &Plan) -> TagChanges {
+    let mut out = TagChanges::default();
+    for action in plan.actions() {
+        let why = format!(
+            "{} {} on {}",
+            action.verb.name(),
+            action.resource,
+            action.node
+        );
+        let (old, new) = match &action.verb {
+            Verb::Create(c) => {
+                let Some(tags) = c.params.get("tags") else {
+                    continue;
+                };
+                if c.guest_type == GuestType::Qemu {
+                    out.vm_creates.insert(why.clone());
+                }
+                (BTreeSet::new(), split_tag_list(tags))
+            }
+            Verb::Update(u) => {
+                let Some(tags) = u.set.get("tags") else {
+                    continue;
+                };
+                let old = u
+                    .changes
+                    .iter()
+                    .find(|c| c.field == "tags")
+                    .map(|c| split_tag_list(&c.observed))
+                    .unwrap_or_default();
+                (old, split_tag_list(tags))
+            }
+            _ => continue,
+        };
+        for tag in old.symmetric_difference(&new) {
+            out.tags.entry(tag.clone()).or_default().insert(why.clone());
+        }
+    }
+    out
+}
+
+/// `GET /cluster/options` (pve-manager PVE/API2/Cluster.pm `get_options`; not among
+/// `proxops-pve`'s builders): the datacenter options, all of them only with `Sys.Audit` on
+/// `/`, and `allowed-tags` for everyone.
+fn cluster_options() -> Request {
+    Request {
+        method: Method::Get,
+        path: "/cluster/options".to_owned(),
+        template: "/cluster/options",
+        query: Vec::new(),
+        form: Vec::new(),
+    }
+}
+
+/// Whether the cluster's tag settings let the token make the plan's tag changes, as
+/// pve-guest-common `assert_tag_permissions` / `get_allowed_tags` decide (src/PVE/
+/// GuestHelpers.pm @ 4a8f6cb): with `Sys.Modify` on `/` every tag; otherwise never a
+/// `registered-tags` one, and, unless `user-tag-access` says `user-allow=free` (PVE's
+/// default), only those in `allowed-tags`. PVE 9's VM create also checks a tag of its own
+/// making (qemu-server `create_vm` passes `{}` as the old tags, which `split_list` turns into
+/// `HASH(0x…)`), so with any mode but `free` every VM create with tags is refused to a token
+/// without `Sys.Modify`. Without `Sys.Audit` on `/` PVE hides the settings and only
+/// `allowed-tags` is known: a tag outside it is reported as not checkable.
+pub fn check_tags(
+    changes: &TagChanges,
+    options: &Result<Value, String>,
+    granted: &Granted,
+) -> Vec<Item> {
+    let options = match options {
+        Ok(v) => v,
+        Err(e) => {
+            return vec![Item::skipped(
+                "tags",
+                "datacenter",
+                format!("GET /cluster/options failed: {e}"),
+            )];
+        }
+    };
+    if granted.holds("/", "Sys.Modify") {
+        return vec![Item::ok(
+            "tags",
+            "datacenter",
+            "the token holds Sys.Modify on /, which may set any tag",
+        )];
+    }
+    let list = |v: Option<&Value>| -> BTreeSet<String> {
+        match v {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            Some(Value::String(s)) => split_tag_list(s),
+            _ => BTreeSet::new(),
+        }
+    };
+    let allowed = list(options.get("allowed-tags"));
+    let visible = granted.holds("/", "Sys.Audit");
+    // `user-tag-access` is an object (`user-allow`, `user-allow-list`) or, from older
+    // servers, its property string.
+    let mode = match options.get("user-tag-access") {
+        Some(Value::Object(o)) => o
+            .get("user-allow")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        Some(Value::String(s)) => PropertyString::parse(s, None)
+            .get("user-allow")
+            .map(str::to_owned),
+        _ => None,
+    };
+    let mode = match (mode, visible) {
+        (Some(m), _) => Some(m),
+        (None, true) => Some("free".to_owned()),
+        (None, false) => None,
+    };
+    let registered = list(options.get("registered-tags"));
+    let fix_tag = |tag: &str| {
+        format!(
+            "allow `{tag}` for users (Datacenter → Options → User Tag Access: add it to the              allow list, or `user-allow=free`) or drop it from the manifests; do not grant              Sys.Modify on /"
+        )
+    };
+    let mut items = Vec::new();
+    let mut unknown = Vec::new();
+    for (tag, why) in &changes.tags {
+        let needed_for = why.iter().cloned().collect::<Vec<_>>().join("; ");
+        let refused = if registered.contains(tag) {
+            Some("it is a registered tag".to_owned())
+        } else {
+            match mode.as_deref() {
+                Some("free") => None,
+                Some(m) if !allowed.contains(tag) => Some(format!(
+                    "user-tag-access is user-allow={m} and it is not allowed"
+                )),
+                Some(_) => None,
+                None if allowed.contains(tag) => None,
+                None => {
+                    unknown.push(tag.clone());
+                    None
+                }
+            }
+        };
+        if let Some(reason) = refused {
+            items.push(Item::problem(
+                "tags",
+                format!("tag {tag}"),
+                format!(
+                    "PVE refuses to set or remove tag `{tag}` without Sys.Modify on / ({reason}; \
+                     needed for {needed_for})"
+                ),
+                fix_tag(tag),
+            ));
+        }
+    }
+    if let Some(m) = mode.as_deref()
+        && m != "free"
+        && !changes.vm_creates.is_empty()
+    {
+        items.push(Item::problem(
+            "tags",
+            "VM creates",
+            format!(
+                "with user-tag-access user-allow={m}, PVE 9 refuses every VM create that sets \
+                 tags to a token without Sys.Modify on / (qemu-server create_vm checks an \
+                 empty hash as the old tags), and ProxOps always sets `proxops` (needed for {})",
+                changes
+                    .vm_creates
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            "set user-allow=free (Datacenter → Options → User Tag Access); do not grant \
+             Sys.Modify on /",
+        ));
+    }
+    if !unknown.is_empty() {
+        items.push(Item::skipped(
+            "tags",
+            "datacenter",
+            format!(
+                "not checked for {}: without Sys.Audit on / PVE hides user-tag-access and \
+                 registered-tags; PVE's default (user-allow=free) allows them",
+                unknown.join(", ")
+            ),
+        ));
+    }
+    if items.is_empty() {
+        items.push(Item::ok(
+            "tags",
+            "datacenter",
+            format!(
+                "the {} tag(s) the plan sets are allowed",
+                changes.tags.len()
+            ),
+        ));
+    }
+    items
 }
 
 async fn check_bridges(pve: &PveClient, used: &Uses, nodes: &[proxops_pve::NodeInfo]) -> Vec<Item> {
@@ -1017,9 +1413,9 @@ async fn check_bridges(pve: &PveClient, used: &Uses, nodes: &[proxops_pve::NodeI
                             format!(
                                 "create it on {node} (System → Network → Create → Linux \
                                  Bridge) or fix `bridge` in the manifests; if it exists, the \
-                                 token cannot see it: grant SDN.Use on \
-                                 /sdn/zones/localnetwork/{bridge} (or Sys.Audit on \
-                                 /nodes/{node})"
+                                 token cannot see it: PVE lists a bridge only to holders of \
+                                 SDN.Use or SDN.Audit on /sdn/zones/localnetwork/{bridge} (or \
+                                 one of its VLANs)"
                             ),
                         ));
                     }
@@ -1185,17 +1581,24 @@ mod tests {
             .flat_map(|a| action_requirements(a, &|_| None))
             .collect();
         assert!(missing_privileges(&reqs, &g).is_empty());
-        // Without Sys.AccessNetwork on the node and without Sys.Modify on /, the first option
-        // is reported with the alternative.
+        // Without Sys.AccessNetwork on the node, that is what is reported, and the broad
+        // alternative (Sys.Audit and Sys.Modify on /) is never proposed.
         let mut g2 = Granted::default();
         g2.add_answer(&serde_json::json!({"/": {"Sys.Audit": 1, "Datastore.AllocateTemplate": 1}}));
         let missing = missing_privileges(&reqs, &g2);
         assert_eq!(missing.len(), 1);
-        assert_eq!(missing[0].need, pp("/", "Sys.Modify"));
-        assert_eq!(
-            missing[0].alternatives,
-            vec!["Sys.AccessNetwork on /nodes/pve1".to_owned()]
+        assert_eq!(missing[0].need, pp("/nodes/pve1", "Sys.AccessNetwork"));
+        assert!(missing[0].alternatives.is_empty(), "{missing:?}");
+        let items = privilege_items("proxops@pve!agent", reqs.len(), &missing);
+        let fix = items[0].fix.as_deref().unwrap();
+        assert!(
+            fix.starts_with(
+                "pveum acl modify /nodes/pve1 --users 'proxops@pve' --roles <a role with \
+                 Sys.AccessNetwork>"
+            ),
+            "{fix}"
         );
+        assert!(!fix.contains("Sys.Modify"), "{fix}");
     }
 
     #[test]
@@ -1219,6 +1622,8 @@ mod tests {
             100,
             "scsi0",
             Some("local-lvm:32,iothread=1"),
+            None,
+            Write::Update,
             "w",
         );
         let flat: Vec<&PathPrivilege> = reqs.iter().flat_map(|r| &r.options[0]).collect();
@@ -1234,6 +1639,8 @@ mod tests {
             100,
             "net0",
             Some("virtio,bridge=vmbr1"),
+            None,
+            Write::Update,
             "w",
         );
         let flat: Vec<&PathPrivilege> = reqs.iter().flat_map(|r| &r.options[0]).collect();
@@ -1244,24 +1651,38 @@ mod tests {
                 &pp("/sdn/zones/localnetwork/vmbr1", "SDN.Use")
             ]
         );
+        let req =
+            |t, key, value| config_requirements(t, 7, key, Some(value), None, Write::Update, "w");
         for (key, privilege) in [
             ("cores", "VM.Config.CPU"),
             ("memory", "VM.Config.Memory"),
-            ("sshkeys", "VM.Config.Cloudinit"),
-            ("ipconfig0", "VM.Config.Network"),
             ("scsihw", "VM.Config.HWType"),
             ("tags", "VM.Config.Options"),
         ] {
-            let reqs = config_requirements(GuestType::Qemu, 7, key, Some("x"), "w");
-            assert_eq!(reqs[0].options[0], vec![pp("/vms/7", privilege)], "{key}");
+            let reqs = req(GuestType::Qemu, key, "x");
+            assert_eq!(
+                reqs[0].options,
+                vec![vec![pp("/vms/7", privilege)]],
+                "{key}"
+            );
         }
-        let reqs = config_requirements(GuestType::Lxc, 7, "swap", Some("512"), "w");
+        // The cloud-init keys are any-of Cloudinit or Network (`check_vm_perm(..., 1)`).
+        for key in ["sshkeys", "ipconfig0", "ciuser"] {
+            assert_eq!(
+                req(GuestType::Qemu, key, "x")[0].options,
+                vec![
+                    vec![pp("/vms/7", "VM.Config.Cloudinit")],
+                    vec![pp("/vms/7", "VM.Config.Network")]
+                ],
+                "{key}"
+            );
+        }
+        let reqs = req(GuestType::Lxc, "swap", "512");
         assert_eq!(reqs[0].options[0], vec![pp("/vms/7", "VM.Config.Memory")]);
     }
 
-    #[test]
-    fn a_container_not_declared_unprivileged_needs_sys_modify_on_root() {
-        let create = |params: &[(&str, &str)]| Action {
+    fn lxc_create(params: &[(&str, &str)]) -> Action {
+        Action {
             resource: ResourceId::new(Kind::Lxc, "dns"),
             node: "pve1".into(),
             verb: Verb::Create(proxops_core::plan::Create {
@@ -1274,16 +1695,119 @@ mod tests {
                 grow: Vec::new(),
             }),
             reason: "missing".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn check_does_not_ask_sys_modify_for_a_container_that_is_unprivileged_by_default() {
         let needs_sys_modify = |action: &Action| {
             action_requirements(action, &|_| None)
                 .iter()
                 .any(|r| r.options == vec![vec![pp("/", "Sys.Modify")]])
         };
-        // PVE's default is a privileged container.
-        assert!(needs_sys_modify(&create(&[("memory", "512")])));
-        assert!(needs_sys_modify(&create(&[("unprivileged", "0")])));
-        assert!(!needs_sys_modify(&create(&[("unprivileged", "1")])));
+        // PVE 9 creates an unprivileged container when `unprivileged` is not sent.
+        assert!(!needs_sys_modify(&lxc_create(&[("memory", "512")])));
+        assert!(!needs_sys_modify(&lxc_create(&[("unprivileged", "1")])));
+        assert!(needs_sys_modify(&lxc_create(&[("unprivileged", "0")])));
+    }
+
+    #[test]
+    fn a_vm_create_asks_storage_access_for_drives_but_no_drive_privilege() {
+        let create = Action {
+            resource: ResourceId::new(Kind::Vm, "web"),
+            node: "pve1".into(),
+            verb: Verb::Create(proxops_core::plan::Create {
+                vmid: 100,
+                guest_type: GuestType::Qemu,
+                params: [
+                    ("scsi0", "local-lvm:8"),
+                    ("ide2", "local:iso/x.iso,media=cdrom"),
+                    ("ide0", "local-lvm:cloudinit"),
+                    ("net0", "virtio,bridge=vmbr0,tag=20"),
+                    ("tags", "proxops"),
+                ]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+                grow: Vec::new(),
+            }),
+            reason: "missing".into(),
+        };
+        let flat: BTreeSet<PathPrivilege> = action_requirements(&create, &|_| None)
+            .into_iter()
+            .map(|r| r.options[0][0].clone())
+            .collect();
+        let expected: BTreeSet<PathPrivilege> = [
+            pp("/vms/100", "VM.Allocate"),
+            pp("/vms/100", "VM.Config.Options"),
+            pp("/vms/100", "VM.Config.Network"),
+            pp("/storage/local-lvm", "Datastore.AllocateSpace"),
+            pp("/storage/local", "Datastore.AllocateSpace"),
+            pp("/sdn/zones/localnetwork/vmbr0/20", "SDN.Use"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(flat, expected);
+    }
+
+    #[test]
+    fn adding_a_cloud_init_drive_to_an_existing_vm_asks_cloudinit_and_cdrom() {
+        let reqs = config_requirements(
+            GuestType::Qemu,
+            100,
+            "ide0",
+            Some("local-lvm:cloudinit"),
+            None,
+            Write::Update,
+            "w",
+        );
+        assert_eq!(
+            reqs[0].options,
+            vec![vec![
+                pp("/vms/100", "VM.Config.CDROM"),
+                pp("/vms/100", "VM.Config.Cloudinit")
+            ]]
+        );
+    }
+
+    #[test]
+    fn check_names_the_tags_the_datacenter_settings_refuse() {
+        let changes = TagChanges {
+            tags: [
+                ("proxops", "create VM/web on pve1"),
+                ("prod", "create VM/web on pve1"),
+            ]
+            .into_iter()
+            .map(|(t, w)| (t.to_owned(), BTreeSet::from([w.to_owned()])))
+            .collect(),
+            vm_creates: BTreeSet::from(["create VM/web on pve1".to_owned()]),
+        };
+        let mut audit = Granted::default();
+        audit.add_answer(&serde_json::json!({"/": {"Sys.Audit": 1}}));
+        let options = Ok(serde_json::json!({
+            "user-tag-access": {"user-allow": "list", "user-allow-list": ["proxops"]},
+            "registered-tags": ["prod"],
+            "allowed-tags": ["proxops"],
+        }));
+        let items = check_tags(&changes, &options, &audit);
+        let subjects: Vec<&str> = items.iter().map(|i| i.subject.as_str()).collect();
+        assert_eq!(subjects, vec!["tag prod", "VM creates"], "{items:?}");
+        assert!(items.iter().all(|i| i.status == Status::Problem));
+        // PVE's default (no user-tag-access) allows any unregistered tag.
+        let free = Ok(serde_json::json!({"allowed-tags": []}));
+        let only_proxops = TagChanges {
+            tags: BTreeMap::from([(
+                "proxops".to_owned(),
+                BTreeSet::from(["create VM/web on pve1".to_owned()]),
+            )]),
+            vm_creates: changes.vm_creates,
+        };
+        let items = check_tags(&only_proxops, &free, &audit);
+        assert_eq!(items[0].status, Status::Ok, "{items:?}");
+        // Without Sys.Audit on / the settings are hidden: a tag outside allowed-tags cannot be
+        // checked.
+        let items = check_tags(&only_proxops, &free, &Granted::default());
+        assert_eq!(items[0].status, Status::Skipped, "{items:?}");
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct AgentConfig {
     pub webhook: Option<WebhookConfig>,
     /// Where the status API listens.
     pub listen: SocketAddr,
+    /// Who may read the status API and page (`[http] token_file`, `allowed_hosts`).
+    pub http: HttpConfig,
     /// How to reach PVE.
     pub pve: PveConfig,
     /// What the agent may do.
@@ -105,6 +107,21 @@ pub enum Poll {
 pub struct WebhookConfig {
     /// The HMAC secret shared with the forge, read from `secret_file`.
     pub secret: SecretString,
+    /// A listener of the webhook routes' own (`[webhook] listen`), so they can face the forge
+    /// while `[http] listen` stays on loopback. Absent: the webhook routes share `[http] listen`.
+    pub listen: Option<SocketAddr>,
+}
+
+/// `[http]` beyond `listen`: who may read the status API.
+#[derive(Debug, Clone, Default)]
+pub struct HttpConfig {
+    /// The bearer token the status API, page and metrics require (`token_file`); `/healthz`,
+    /// `/readyz` and the webhook routes (HMAC-checked) do not.
+    pub token: Option<SecretString>,
+    /// Host names (without port) the `Host` header of a status API request may carry, in
+    /// lower case; `*` admits any. Default: `localhost`, `127.0.0.1`, `[::1]` and the IP of
+    /// `[http] listen`. A request naming another host is refused (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `[pve]`.
@@ -118,6 +135,9 @@ pub struct PveConfig {
     pub token_secret: SecretString,
     /// How the server certificate is trusted.
     pub trust: Trust,
+    /// `url` is `http://` (allowed by `allow_plain_http = true`): the token crosses the wire
+    /// in clear. The agent warns at every start and `proxops check` reports it.
+    pub plain_http: bool,
 }
 
 impl PveConfig {
@@ -251,12 +271,15 @@ struct RawSource {
 #[serde(deny_unknown_fields)]
 struct RawWebhook {
     secret_file: PathBuf,
+    listen: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHttp {
     listen: Option<String>,
+    token_file: Option<PathBuf>,
+    allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -268,6 +291,7 @@ struct RawPve {
     ca_file: Option<PathBuf>,
     fingerprint: Option<String>,
     insecure: Option<bool>,
+    allow_plain_http: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -336,6 +360,7 @@ impl AgentConfig {
                     file: file.clone(),
                     source,
                 })?;
+            warn_if_readable_by_others(key, &file);
             let secret = text.trim_end_matches(['\n', '\r']).to_owned();
             if secret.is_empty() {
                 return Err(invalid(
@@ -419,28 +444,80 @@ impl AgentConfig {
                     path: s.path.unwrap_or_else(|| ".".to_owned()),
                     poll,
                     token,
-                    ssh_key_file: s.ssh_key_file.map(|f| resolve(&f)),
+                    ssh_key_file: s.ssh_key_file.map(|f| {
+                        let file = resolve(&f);
+                        warn_if_readable_by_others("source.ssh_key_file", &file);
+                        file
+                    }),
                     known_hosts_file,
                 })
             }
         };
 
-        let webhook = raw
-            .webhook
-            .map(|w| read_secret("webhook.secret_file", &w.secret_file))
-            .transpose()?
-            .map(|secret| WebhookConfig { secret });
+        let parse_listen = |key: &str, text: &str| -> Result<SocketAddr, ConfigError> {
+            text.parse().map_err(|_| {
+                invalid(
+                    key,
+                    format!("`{text}` is not an address like 127.0.0.1:9494"),
+                )
+            })
+        };
+        let webhook = match raw.webhook {
+            None => None,
+            Some(w) => Some(WebhookConfig {
+                secret: read_secret("webhook.secret_file", &w.secret_file)?,
+                listen: w
+                    .listen
+                    .as_deref()
+                    .map(|text| parse_listen("webhook.listen", text))
+                    .transpose()?,
+            }),
+        };
 
-        let listen_text = raw
-            .http
-            .and_then(|h| h.listen)
-            .unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen = listen_text.parse().map_err(|_| {
-            invalid(
-                "http.listen",
-                format!("`{listen_text}` is not an address like 127.0.0.1:9494"),
-            )
-        })?;
+        let raw_http = raw.http.unwrap_or_default();
+        let listen_text = raw_http.listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen = parse_listen("http.listen", &listen_text)?;
+        if let Some(webhook_listen) = webhook.as_ref().and_then(|w| w.listen)
+            && webhook_listen == listen
+            && listen.port() != 0
+        {
+            return Err(invalid(
+                "webhook.listen",
+                format!(
+                    "`{webhook_listen}` is [http] listen too; give the webhooks another port, \
+                     or remove webhook.listen to share [http] listen"
+                ),
+            ));
+        }
+        let token = raw_http
+            .token_file
+            .as_deref()
+            .map(|f| read_secret("http.token_file", f))
+            .transpose()?;
+        let allowed_hosts = match raw_http.allowed_hosts {
+            Some(hosts) => {
+                let mut names = Vec::with_capacity(hosts.len());
+                for host in hosts {
+                    let name = host.trim().to_ascii_lowercase();
+                    if !is_host_name(&name) {
+                        return Err(invalid(
+                            "http.allowed_hosts",
+                            format!(
+                                "`{host}` is not a host name or address without a port \
+                                 (e.g. pve1.example.org, 10.0.0.5, [fd00::5], or \"*\")"
+                            ),
+                        ));
+                    }
+                    names.push(name);
+                }
+                names
+            }
+            None => default_allowed_hosts(listen),
+        };
+        let http = HttpConfig {
+            token,
+            allowed_hosts,
+        };
 
         let raw_pve = raw.pve.ok_or_else(|| {
             invalid(
@@ -467,55 +544,48 @@ impl AgentConfig {
             )
         })?;
         let token_secret = read_secret("pve.token_secret_file", &secret_file)?;
-        let trust = match (
-            raw_pve.ca_file,
-            raw_pve.fingerprint,
-            raw_pve.insecure.unwrap_or(false),
-        ) {
-            (Some(ca), None, false) => Trust::CaFile(resolve(&ca)),
-            (None, Some(fp), false) => {
-                if !is_sha256_fingerprint(&fp) {
-                    return Err(invalid(
-                        "pve.fingerprint",
-                        "not a SHA-256 fingerprint (32 hex bytes, colon-separated)".to_owned(),
-                    ));
-                }
-                Trust::Fingerprint(fp.to_ascii_uppercase())
-            }
-            (None, None, true) => Trust::Insecure,
-            // The packaged unit hands the CA over as a credential (LoadCredential=), so the
-            // agent needs no www-data group to read /etc/pve; a blank one is its fallback.
-            (None, None, false)
-                if let Some(credential) = credentials.map(|dir| dir.join(CA_CREDENTIAL))
-                    && std::fs::read_to_string(&credential)
-                        .is_ok_and(|pem| !pem.trim().is_empty()) =>
-            {
-                Trust::CaFile(credential)
-            }
-            (None, None, false) if Path::new(DEFAULT_CA_FILE).exists() => {
-                Trust::CaFile(PathBuf::from(DEFAULT_CA_FILE))
-            }
-            (None, None, false) => {
-                return Err(invalid(
-                    "pve",
-                    format!(
-                        "no way to trust PVE's certificate: {DEFAULT_CA_FILE} does not exist here; \
-                         set ca_file, fingerprint (as `pvenode cert info` shows it) or insecure = true"
-                    ),
-                ));
-            }
-            _ => {
-                return Err(invalid(
-                    "pve",
-                    "set only one of ca_file, fingerprint and insecure".to_owned(),
-                ));
-            }
+        let url = raw_pve.url.unwrap_or_else(|| DEFAULT_PVE_URL.to_owned());
+        let plain_http = url
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+        if plain_http && !raw_pve.allow_plain_http.unwrap_or(false) {
+            return Err(invalid(
+                "pve.url",
+                format!(
+                    "`{url}` is plain http: the API token would cross the network in clear; \
+                     use https:// (PVE's API listens on https://<node>:8006), or for a test rig \
+                     only set [pve] allow_plain_http = true"
+                ),
+            ));
+        }
+        if plain_http && (raw_pve.ca_file.is_some() || raw_pve.fingerprint.is_some()) {
+            return Err(invalid(
+                "pve",
+                format!(
+                    "`{url}` is plain http, so ca_file and fingerprint would check nothing; \
+                     use https:// or remove them"
+                ),
+            ));
+        }
+        let trust = if plain_http {
+            // Nothing to verify over http; the client never uses this.
+            Trust::Insecure
+        } else {
+            trust_setting(
+                raw_pve.ca_file,
+                raw_pve.fingerprint,
+                raw_pve.insecure.unwrap_or(false),
+                credentials,
+                &resolve,
+                &invalid,
+            )?
         };
         let pve = PveConfig {
-            url: raw_pve.url.unwrap_or_else(|| DEFAULT_PVE_URL.to_owned()),
+            url,
             token_id,
             token_secret,
             trust,
+            plain_http,
         };
 
         let raw_secrets = raw.secrets.unwrap_or_default();
@@ -569,6 +639,7 @@ impl AgentConfig {
             source,
             webhook,
             listen,
+            http,
             pve,
             policy,
             secrets,
@@ -604,6 +675,56 @@ fn missing_known_hosts(url: &str) -> String {
          `ssh-keygen -lf /etc/proxops/known_hosts` with the fingerprints {host} publishes, \
          and set known_hosts_file = \"/etc/proxops/known_hosts\""
     )
+}
+
+/// How `[pve]` says PVE's certificate is trusted (https only).
+fn trust_setting(
+    ca_file: Option<PathBuf>,
+    fingerprint: Option<String>,
+    insecure: bool,
+    credentials: Option<&Path>,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Trust, ConfigError> {
+    Ok(match (ca_file, fingerprint, insecure) {
+        (Some(ca), None, false) => Trust::CaFile(resolve(&ca)),
+        (None, Some(fp), false) => {
+            if !is_sha256_fingerprint(&fp) {
+                return Err(invalid(
+                    "pve.fingerprint",
+                    "not a SHA-256 fingerprint (32 hex bytes, colon-separated)".to_owned(),
+                ));
+            }
+            Trust::Fingerprint(fp.to_ascii_uppercase())
+        }
+        (None, None, true) => Trust::Insecure,
+        // The packaged unit hands the CA over as a credential (LoadCredential=), so the
+        // agent needs no www-data group to read /etc/pve; a blank one is its fallback.
+        (None, None, false)
+            if let Some(credential) = credentials.map(|dir| dir.join(CA_CREDENTIAL))
+                && std::fs::read_to_string(&credential).is_ok_and(|pem| !pem.trim().is_empty()) =>
+        {
+            Trust::CaFile(credential)
+        }
+        (None, None, false) if Path::new(DEFAULT_CA_FILE).exists() => {
+            Trust::CaFile(PathBuf::from(DEFAULT_CA_FILE))
+        }
+        (None, None, false) => {
+            return Err(invalid(
+                "pve",
+                format!(
+                    "no way to trust PVE's certificate: {DEFAULT_CA_FILE} does not exist here; \
+                     set ca_file, fingerprint (as `pvenode cert info` shows it) or insecure = true"
+                ),
+            ));
+        }
+        _ => {
+            return Err(invalid(
+                "pve",
+                "set only one of ca_file, fingerprint and insecure".to_owned(),
+            ));
+        }
+    })
 }
 
 /// The environment variable systemd sets for a unit with `LoadCredential=`.
@@ -700,6 +821,67 @@ fn local_hostname() -> Option<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
     let name = name.trim().split('.').next()?.to_owned();
     is_node_name(&name).then_some(name)
+}
+
+/// A secret file should be readable by the agent's user only (mode 0600 or 0400), as the
+/// age identity must be (`proxops_sops`): a warning names the key, the file and its mode, never
+/// its content. Under the packaged unit `LoadCredential=` hands the files over 0400, so this
+/// matters when the agent runs by hand or from files with a loose mode.
+fn warn_if_readable_by_others(key: &str, file: &Path) {
+    if let Some(mode) = readable_by_others(file) {
+        tracing::warn!(
+            key,
+            file = %file.display(),
+            mode = format!("{mode:o}"),
+            "secret file is readable by other users; chmod 600 it"
+        );
+    }
+}
+
+/// The permission bits of `file` when group or others may read or write it.
+fn readable_by_others(file: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(file).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then_some(mode)
+}
+
+/// `[http] allowed_hosts` when not set: the loopback names and the IP `[http] listen` is
+/// bound to (an unspecified address such as 0.0.0.0 names no host).
+fn default_allowed_hosts(listen: SocketAddr) -> Vec<String> {
+    let mut hosts = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "[::1]".to_owned(),
+    ];
+    let ip = listen.ip();
+    if !ip.is_unspecified() {
+        let name = match ip {
+            std::net::IpAddr::V4(v4) => v4.to_string(),
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        };
+        if !hosts.contains(&name) {
+            hosts.push(name);
+        }
+    }
+    hosts
+}
+
+/// A host as a `Host` header names it, without the port: a DNS name, an IPv4 address, an
+/// IPv6 address in brackets, or `*`.
+fn is_host_name(s: &str) -> bool {
+    if s == "*" {
+        return true;
+    }
+    if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        return inner.parse::<std::net::Ipv6Addr>().is_ok();
+    }
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
 }
 
 #[cfg(test)]
@@ -1036,6 +1218,131 @@ write_breaker_cool_down = "90s"
             ));
             let err = AgentConfig::load(&path).unwrap_err().to_string();
             assert!(err.contains(expected), "{body}: {err}");
+        }
+    }
+
+    const PVE: &str = "[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\n";
+
+    fn load_with(body: &str) -> Result<AgentConfig, ConfigError> {
+        let (_dir, path) = write_config(&format!("node = \"pve1\"\n{body}"));
+        AgentConfig::load(&path)
+    }
+
+    #[test]
+    fn a_plain_http_pve_url_is_refused_unless_allowed_and_then_takes_no_trust_setting() {
+        let err = load_with(&format!(
+            "{PVE}url = \"http://10.0.0.1:8006\"\ninsecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("pve.url: `http://10.0.0.1:8006` is plain http"),
+            "{err}"
+        );
+        assert!(err.contains("allow_plain_http = true"), "{err}");
+        let config = load_with(&format!(
+            "{PVE}url = \"HTTP://127.0.0.1:8006\"\nallow_plain_http = true\n"
+        ))
+        .unwrap();
+        assert!(config.pve.plain_http);
+        let err = load_with(&format!(
+            "{PVE}url = \"http://127.0.0.1:8006\"\nallow_plain_http = true\nfingerprint = \"{}\"\n",
+            ["AB"; 32].join(":")
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("ca_file and fingerprint would check nothing"),
+            "{err}"
+        );
+        let https = load_with(&format!("{PVE}insecure = true\nallow_plain_http = true\n")).unwrap();
+        assert!(!https.pve.plain_http);
+    }
+
+    #[test]
+    fn allowed_hosts_default_to_loopback_and_the_listen_address() {
+        let config = load_with(&format!(
+            "[http]\nlisten = \"10.0.0.5:9494\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.http.allowed_hosts,
+            ["localhost", "127.0.0.1", "[::1]", "10.0.0.5"]
+        );
+        let config = load_with(&format!(
+            "[http]\nlisten = \"0.0.0.0:9494\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.http.allowed_hosts,
+            ["localhost", "127.0.0.1", "[::1]"]
+        );
+        let config = load_with(&format!(
+            "[http]\nallowed_hosts = [\"PVE1.example.org\", \"[fd00::5]\"]\n{PVE}insecure = true\n"
+        ))
+        .unwrap();
+        assert_eq!(config.http.allowed_hosts, ["pve1.example.org", "[fd00::5]"]);
+        let err = load_with(&format!(
+            "[http]\nallowed_hosts = [\"pve1.example.org:9494\"]\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("http.allowed_hosts: `pve1.example.org:9494` is not a host name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_webhook_listener_and_the_http_token_are_read() {
+        let (dir, path) = write_config(&format!(
+            "node = \"pve1\"\n[webhook]\nsecret_file = \"hook\"\nlisten = \"0.0.0.0:9495\"\n[http]\ntoken_file = \"api-token\"\n{PVE}insecure = true\n"
+        ));
+        std::fs::write(dir.path().join("api-token"), "api-secret-token\n").unwrap();
+        let config = AgentConfig::load(&path).unwrap();
+        assert_eq!(
+            config.webhook.unwrap().listen,
+            Some("0.0.0.0:9495".parse().unwrap())
+        );
+        use secrecy::ExposeSecret;
+        assert_eq!(
+            config.http.token.unwrap().expose_secret(),
+            "api-secret-token"
+        );
+        let err = load_with(&format!(
+            "[webhook]\nsecret_file = \"hook\"\nlisten = \"127.0.0.1:9494\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("webhook.listen: `127.0.0.1:9494` is [http] listen too"),
+            "{err}"
+        );
+        let err = load_with(&format!(
+            "[webhook]\nsecret_file = \"hook\"\nlisten = \"forge-side\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("webhook.listen: `forge-side` is not an address"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_secret_file_readable_by_others_is_recognised_by_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "x").unwrap();
+        for (mode, flagged) in [
+            (0o600, None),
+            (0o400, None),
+            (0o640, Some(0o640)),
+            (0o644, Some(0o644)),
+        ] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(readable_by_others(&file), flagged, "{mode:o}");
         }
     }
 }

@@ -830,6 +830,17 @@ pub fn migrate(
             Level::Mapped,
             format!("listen → [http] listen = \"{listen}\""),
         );
+        if !is_loopback_listen(&listen) {
+            say(
+                Level::Warning,
+                format!(
+                    "listen `{listen}` is not a loopback address: the status API (guest names, \
+                     config values, errors) would answer the network; keep [http] listen on \
+                     127.0.0.1:9494 and give webhooks [webhook] listen, or set [http] token_file \
+                     and allowed_hosts (docs/operations.md, the listener)"
+                ),
+            );
+        }
     }
 
     // [policy]
@@ -944,6 +955,16 @@ fn resolve_local(path: &str, config_dir: Option<&Path>) -> PathBuf {
     } else {
         base.join(p)
     }
+}
+
+/// Whether a Go `listen` value (`host:port`, `:port` for every address) stays on loopback.
+fn is_loopback_listen(listen: &str) -> bool {
+    if let Ok(address) = listen.parse::<std::net::SocketAddr>() {
+        return address.ip().is_loopback();
+    }
+    listen
+        .rsplit_once(':')
+        .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost"))
 }
 
 #[cfg(test)]
@@ -1072,6 +1093,30 @@ mod tests {
                     && w.contains("age_key_file")),
             "{warnings:?}"
         );
+    }
+
+    #[test]
+    fn a_listen_on_every_address_is_mapped_with_a_warning_and_loopback_without() {
+        let m = migrate(&[fixture("proxops.yaml")], &BTreeMap::new(), &options()).unwrap();
+        assert!(m.toml.contains("listen = \"0.0.0.0:9494\""), "{}", m.toml);
+        let warnings = lines(&m, Level::Warning);
+        assert!(
+            warnings.iter().any(
+                |w| w.contains("listen `0.0.0.0:9494` is not a loopback address")
+                    && w.contains("[webhook] listen")
+            ),
+            "{warnings:?}"
+        );
+        for (listen, loopback) in [
+            ("127.0.0.1:9494", true),
+            ("[::1]:9494", true),
+            ("localhost:9494", true),
+            (":9494", false),
+            ("10.0.0.5:9494", false),
+            ("pve1.example.org:9494", false),
+        ] {
+            assert_eq!(is_loopback_listen(listen), loopback, "{listen}");
+        }
     }
 
     #[test]

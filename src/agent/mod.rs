@@ -8,6 +8,8 @@
 //! - [`breaker`], [`gate`]: the write circuit breaker and what it lets a pass write.
 //! - [`status`]: the live view shared with the HTTP API.
 //! - [`notify`]: readiness, reload and stop notifications to systemd (`Type=notify`).
+//! - [`lock`]: one agent per state directory (the first thing `crate::serve` takes, before
+//!   the listeners are bound and before [`Agent::start`] opens the database and the mirror).
 //!
 //! The agent as a process, with its HTTP surface, is `crate::serve`; this module knows
 //! nothing of HTTP. The loop starts with a pass at once (the Go program waited one interval), re-attaches
@@ -17,6 +19,7 @@
 
 pub mod breaker;
 pub mod gate;
+pub mod lock;
 pub mod notify;
 pub mod pass;
 pub mod retry;
@@ -62,9 +65,15 @@ pub enum AgentError {
     /// The PVE client could not be built.
     #[error("setting up the PVE client for {0}")]
     Pve(String, #[source] proxops_pve::PveError),
+    /// Another agent holds the state directory, or it could not be locked.
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
     /// The HTTP listener could not be bound.
     #[error("listening on {0}")]
     Listen(SocketAddr, #[source] std::io::Error),
+    /// The webhook listener (`[webhook] listen`) could not be bound.
+    #[error("listening for webhooks on {0}")]
+    WebhookListen(SocketAddr, #[source] std::io::Error),
     /// The bound address could not be written to `state_dir`.
     #[error("writing the listener's address to {}", .0.display())]
     HttpAddr(PathBuf, #[source] std::io::Error),
@@ -83,6 +92,12 @@ pub fn database_path(state_dir: &Path) -> PathBuf {
 /// `[http] listen` has port 0 (any free port).
 pub fn http_addr_path(state_dir: &Path) -> PathBuf {
     state_dir.join("http.addr")
+}
+
+/// Path of the file inside `state_dir` that holds the address the webhook listener (`[webhook]
+/// listen`) is bound to, as [`http_addr_path`] does for the status API.
+pub fn webhook_addr_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("webhook.addr")
 }
 
 /// The node label passes are recorded under.

@@ -304,7 +304,6 @@ async fn reconcile(
         cancel,
     )
     .await;
-    let gated = hooks.gated;
     let done = match result {
         Ok(done) => done,
         Err(error) => {
@@ -327,6 +326,19 @@ async fn reconcile(
             };
         }
     };
+    let gated = hooks.gated;
+    ran(deps, commit, &done, gated, cancel)
+}
+
+/// How a pass that planned ended: aborted before any write, interrupted, or ran (what
+/// failed, in which classes, and what the breaker held back).
+fn ran(
+    deps: &PassDeps,
+    commit: String,
+    done: &reconcile::Pass,
+    gated: Option<GateSummary>,
+    cancel: &CancellationToken,
+) -> Ended {
     let plan = &done.plan;
     let findings = plan.findings.len();
     if let Some(reason) = &plan.aborted {

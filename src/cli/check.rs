@@ -68,6 +68,7 @@ pub async fn report(pass: &PassArgs) -> anyhow::Result<Report> {
     Ok(check::run(Inputs {
         pve: &prepared.context.pve,
         token_id: &config.pve.token_id,
+        pve_url: &config.pve.url,
         scope: &prepared.context.scope,
         desired: Some(&planned.desired),
         plan: Some(&planned.plan),

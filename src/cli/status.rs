@@ -2,6 +2,9 @@
 //! running agent (`GET /api/v1/status` on its loopback listener) and, when none answers,
 //! reads the state database read-only, so it never writes under the agent's feet. An agent
 //! whose `[http] listen` has port 0 is found at the address it wrote to `state_dir/http.addr`.
+//! With `[http] token_file` set the request carries that token (`Authorization: Bearer`); an
+//! agent listening on every address (`0.0.0.0`, `::`) is asked on loopback, a host its
+//! `[http] allowed_hosts` admits by default.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -51,12 +54,16 @@ pub(crate) async fn ask_agent_or_store<T: DeserializeOwned>(
     let address = agent_address(config.listen, &config.state_dir);
     match &address {
         Ok(listen) => {
-            let url = format!("http://{listen}{path}");
+            let url = format!("http://{}{path}", loopback_if_unspecified(*listen));
             let client = reqwest::Client::builder()
                 .timeout(Duration::from_secs(5))
                 .build()
                 .context("building the HTTP client")?;
-            match client.get(&url).send().await {
+            let mut request = client.get(&url);
+            if let Some(token) = &config.http.token {
+                request = request.bearer_auth(secrecy::ExposeSecret::expose_secret(token));
+            }
+            match request.send().await {
                 Ok(response) if response.status().is_success() => {
                     return response
                         .json()
@@ -79,6 +86,19 @@ pub(crate) async fn ask_agent_or_store<T: DeserializeOwned>(
         Err(error) => format!("no agent to ask ({error:#})"),
     })?;
     Ok(from_store(&store, &node_label(&config.node))?)
+}
+
+/// `0.0.0.0:P` → `127.0.0.1:P`, `[::]:P` → `[::1]:P`; any other address as it is.
+fn loopback_if_unspecified(address: SocketAddr) -> SocketAddr {
+    match address.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), address.port())
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), address.port())
+        }
+        _ => address,
+    }
 }
 
 /// Where the agent's status API answers: `listen` itself, or, when its port is 0 (any free

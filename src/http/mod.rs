@@ -1,9 +1,17 @@
 //! The agent's HTTP surface on `[http] listen`: health, readiness, metrics, the Go program's
-//! `/status`, the `/api/v1/*` JSON API, a read-only status page, and (sharing the port) the
-//! webhook routes. Read-only: nothing here writes to PVE or git, and nothing reveals a
-//! secret (the types it serialises carry none).
+//! `/status`, the `/api/v1/*` JSON API, a read-only status page, and (sharing the port unless
+//! `[webhook] listen` gives them their own) the webhook routes. Read-only: nothing here writes
+//! to PVE or git, and nothing reveals a secret (the types it serialises carry none).
+//!
+//! Who may read it (SECURITY-AUDIT.md L1), in [`access`]: the `Host` header must name one of
+//! `[http] allowed_hosts` (DNS rebinding), a bearer token is required when `[http]
+//! token_file` is set (not for `/healthz`, `/readyz` or the HMAC-checked webhook routes), and
+//! absolute paths of the node (state directory, config directory) are cut out of every
+//! answer. How connections are bounded is [`serve`].
 
+pub mod access;
 mod page;
+pub mod serve;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -40,9 +48,19 @@ pub struct HttpState {
     pub node_label: String,
 }
 
-/// The whole router: status API plus, when configured, the webhook routes.
-pub fn router(state: HttpState, webhook: Option<WebhookState>) -> Router {
-    let api = Router::new()
+/// The whole router of `[http] listen`: the status API behind `access`, plus the webhook
+/// routes when they share this listener.
+pub fn router(state: HttpState, webhook: Option<WebhookState>, access: access::Access) -> Router {
+    let api = access::guard(api_router(state), access);
+    match webhook {
+        Some(webhook) => api.merge(crate::webhook::router(webhook)),
+        None => api,
+    }
+}
+
+/// The status API routes alone, unguarded.
+fn api_router(state: HttpState) -> Router {
+    Router::new()
         .route("/", get(page::status_page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -51,11 +69,7 @@ pub fn router(state: HttpState, webhook: Option<WebhookState>) -> Router {
         .route("/api/v1/status", get(api_status))
         .route("/api/v1/revisions", get(api_revisions))
         .route("/api/v1/drift", get(api_drift))
-        .with_state(state);
-    match webhook {
-        Some(webhook) => api.merge(crate::webhook::router(webhook)),
-        None => api,
-    }
+        .with_state(state)
 }
 
 /// A pass as the API shows it.

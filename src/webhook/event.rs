@@ -4,6 +4,13 @@
 //! deliberately does not read the commit SHA (`after`, `head_commit`): the agent applies what
 //! `git fetch` finds, never what a payload claims, so the SHA is not even returned. Call it only
 //! after `signature::verify` succeeded; it does not authenticate anything.
+//!
+//! Two body encodings (SECURITY-AUDIT.md L6): JSON (`application/json`), and a form
+//! (`application/x-www-form-urlencoded`) whose `payload` field holds the same JSON. The form is
+//! GitHub's default content type: "The application/x-www-form-urlencoded content type will send
+//! the JSON payload as a form parameter called payload" (docs.github.com, "Creating webhooks",
+//! content type); Gitea, Forgejo and Gogs offer it too. The signature is over the raw form body,
+//! so it is checked before this runs, exactly as for JSON.
 
 use axum::http::HeaderMap;
 use serde::Deserialize;
@@ -44,6 +51,9 @@ pub enum EventError {
         /// The header that was read.
         header: &'static str,
     },
+    /// A form-encoded delivery has no `payload` field.
+    #[error("form-encoded delivery without a payload field")]
+    NoFormPayload,
     /// A push payload is not JSON or has no string `ref`.
     #[error("reading the push payload's ref")]
     PushPayload {
@@ -85,12 +95,37 @@ pub fn parse(
     match kind {
         "ping" => Ok(Event::Ping),
         "push" => {
-            let payload: PushPayload = serde_json::from_slice(raw_body)
-                .map_err(|source| EventError::PushPayload { source })?;
+            let payload: PushPayload = if is_form(headers) {
+                let json = form_payload(raw_body).ok_or(EventError::NoFormPayload)?;
+                serde_json::from_str(&json)
+            } else {
+                serde_json::from_slice(raw_body)
+            }
+            .map_err(|source| EventError::PushPayload { source })?;
             Ok(from_ref(payload.git_ref))
         }
         other => Ok(Event::Other(other.to_owned())),
     }
+}
+
+/// Whether the delivery says it is form-encoded.
+fn is_form(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| {
+            media
+                .trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        })
+}
+
+/// The `payload` field of a form body (the first, should it be repeated).
+fn form_payload(raw_body: &[u8]) -> Option<String> {
+    form_urlencoded::parse(raw_body)
+        .find(|(name, _)| name == "payload")
+        .map(|(_, value)| value.into_owned())
 }
 
 fn from_ref(git_ref: String) -> Event {
@@ -259,6 +294,56 @@ mod tests {
         assert!(matches!(
             parse(Provider::GitHub, &map, b"{}"),
             Err(EventError::MalformedHeader { .. })
+        ));
+    }
+
+    /// A delivery as GitHub sends it with content type `application/x-www-form-urlencoded`:
+    /// `payload=` and the JSON payload, form-encoded.
+    fn form_encoded(json: &[u8]) -> Vec<u8> {
+        let mut form = form_urlencoded::Serializer::new(String::new());
+        form.append_pair("payload", std::str::from_utf8(json).unwrap());
+        form.finish().into_bytes()
+    }
+
+    #[test]
+    fn a_form_encoded_push_names_its_branch_like_the_json_one() {
+        let json = fixture("github/goscm-push.json");
+        let form = form_encoded(&json);
+        assert!(
+            form.starts_with(b"payload=%7B"),
+            "{}",
+            String::from_utf8_lossy(&form[..20])
+        );
+        for content_type in [
+            "application/x-www-form-urlencoded",
+            "application/x-www-form-urlencoded; charset=utf-8",
+        ] {
+            let map = headers(&[("x-github-event", "push"), ("content-type", content_type)]);
+            assert_eq!(
+                parse(Provider::GitHub, &map, &form).unwrap(),
+                push("master")
+            );
+        }
+        // Read as JSON, the same form body is not a push payload.
+        let json_type = headers(&[
+            ("x-github-event", "push"),
+            ("content-type", "application/json"),
+        ]);
+        assert!(matches!(
+            parse(Provider::GitHub, &json_type, &form),
+            Err(EventError::PushPayload { .. })
+        ));
+    }
+
+    #[test]
+    fn a_form_without_a_payload_field_is_an_error() {
+        let map = headers(&[
+            ("x-gitea-event", "push"),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ]);
+        assert!(matches!(
+            parse(Provider::Gitea, &map, b"ref=refs%2Fheads%2Fmain"),
+            Err(EventError::NoFormPayload)
         ));
     }
 

@@ -10,31 +10,46 @@
 //! ten minutes is a replay and is coalesced ([`replay`]), so a flood of one captured delivery
 //! cannot run pass after pass.
 //!
-//! Answers: body over [`MAX_BODY_BYTES`] → 413; bad or missing signature → 401 (logged at warn,
-//! without the secret or the signature); signed ping → 200; push to the followed branch → 202
-//! (nudged, coalesced, or a replay); anything else signed → 202 ignored; a signed push without
-//! a readable `ref` → 400; the agent no longer listening → 503.
+//! Answers: no signature header at all → 401 before the body is read; more than
+//! [`MAX_BODIES_IN_FLIGHT`] bodies being read already → 503 after a short wait; body over
+//! [`MAX_BODY_BYTES`] → 413; bad signature → 401; signed ping → 200; push to the followed
+//! branch → 202 (nudged, coalesced, or a replay); anything else signed → 202 ignored; a signed
+//! push without a readable `ref` → 400; the agent no longer listening → 503.
+//!
+//! Bounded against a network caller (SECURITY-AUDIT.md H2, L2, L3): an unsigned request is
+//! refused from its headers, so it never gets a body buffered; at most
+//! [`MAX_BODIES_IN_FLIGHT`] bodies (of at most 5 MiB each) are in memory at once, where 200
+//! connections each sending 5 MiB − 1 byte took the agent from 24 MB to 1.06 GB. Rejections are
+//! logged aggregated ([`tally`]): the first of a quiet minute in full, the rest as
+//! one count per minute, without the secret or the signature. The replay guard keys on the
+//! body alone, so one captured delivery cannot start a pass on each of the four endpoints.
+//! Form-encoded deliveries (`application/x-www-form-urlencoded`, GitHub's default, with the
+//! JSON in the `payload` field) are read too; their signature is over the raw form body.
 
 pub mod event;
 pub mod provider;
 pub mod replay;
 pub mod signature;
+pub mod tally;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error_chain::error_text;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use secrecy::SecretString;
-use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
+
+use tally::Tally;
 
 pub use event::{Event, EventError};
 pub use provider::Provider;
@@ -44,6 +59,15 @@ use provider::{HeaderLookup, lookup};
 
 /// The largest request body accepted (5 MiB); larger ones get 413 before any check.
 pub const MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
+
+/// Webhook bodies read into memory at once, across all four endpoints.
+pub const MAX_BODIES_IN_FLIGHT: usize = 4;
+
+/// How long a delivery waits for one of the [`MAX_BODIES_IN_FLIGHT`] slots before a 503.
+const BODY_SLOT_WAIT: Duration = Duration::from_secs(2);
+
+/// How often the count of rejected deliveries is looked at for its summary line.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
 
 /// Delivery ids longer than this are cut in logs (they come from outside, unauthenticated).
 const MAX_LOGGED_DELIVERY_ID: usize = 64;
@@ -68,6 +92,10 @@ pub struct WebhookState {
     pub metrics: Arc<WebhookMetrics>,
     /// The pushes accepted recently, to recognise replays.
     pub replays: Arc<replay::Replays>,
+    /// Rejected deliveries, for aggregated warnings.
+    pub rejections: Arc<Tally>,
+    /// Slots for bodies being read ([`MAX_BODIES_IN_FLIGHT`]).
+    pub bodies: Arc<Semaphore>,
 }
 
 impl WebhookState {
@@ -83,6 +111,38 @@ impl WebhookState {
             nudge,
             metrics: Arc::default(),
             replays: Arc::default(),
+            rejections: Arc::default(),
+            bodies: Arc::new(Semaphore::new(MAX_BODIES_IN_FLIGHT)),
+        }
+    }
+
+    /// Counts a rejected delivery; `true` when it is the first of a quiet interval and is to be
+    /// logged in full.
+    fn rejected(&self, reason: &'static str) -> bool {
+        WebhookMetrics::count(&self.metrics.rejected);
+        self.rejections.note(reason, Instant::now())
+    }
+}
+
+/// Logs the count of rejected deliveries once per interval while any come, and once more at
+/// shutdown; runs until `shutdown`.
+pub async fn report_rejections(state: WebhookState, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(REPORT_EVERY);
+    loop {
+        let force = tokio::select! {
+            () = shutdown.cancelled() => true,
+            _ = every.tick() => false,
+        };
+        if let Some(summary) = state.rejections.flush(Instant::now(), force) {
+            warn!(
+                count = summary.total,
+                seconds = summary.over.as_secs(),
+                reasons = %summary.by_reason,
+                "more webhook deliveries were rejected"
+            );
+        }
+        if force {
+            return;
         }
     }
 }
@@ -131,16 +191,52 @@ pub fn router(state: WebhookState) -> Router {
     let state = Arc::new(state);
     let mut router = Router::new();
     for provider in Provider::ALL {
-        let handler = move |State(state): State<Arc<WebhookState>>,
-                            headers: HeaderMap,
-                            body: Result<Bytes, BytesRejection>| async move {
-            deliver(provider, &state, &headers, body)
+        let handler = move |State(state): State<Arc<WebhookState>>, request: Request| async move {
+            receive(provider, &state, request).await
         };
         router = router.route(provider.path(), post(handler));
     }
     router
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// Refuses an unsigned delivery from its headers, waits for a body slot, reads the body (within
+/// the router's limit) and hands it to [`deliver`].
+async fn receive(
+    provider: Provider,
+    state: &WebhookState,
+    request: Request,
+) -> (StatusCode, &'static str) {
+    let headers = request.headers().clone();
+    if matches!(
+        lookup(&headers, provider.signature_headers()),
+        HeaderLookup::Absent
+    ) {
+        if state.rejected("unsigned") {
+            let delivery = delivery_id(provider, &headers);
+            warn!(%provider, ?delivery, header = provider.signature_headers()[0], "webhook delivery rejected: no signature header (body not read)");
+        }
+        return (StatusCode::UNAUTHORIZED, "missing signature\n");
+    }
+    let slot = match state.bodies.try_acquire() {
+        Ok(slot) => Ok(slot),
+        Err(_) => tokio::time::timeout(BODY_SLOT_WAIT, state.bodies.acquire())
+            .await
+            .map_err(|_| ())
+            .and_then(|acquired| acquired.map_err(|_| ())),
+    };
+    let Ok(_slot) = slot else {
+        if state.rejected("busy") {
+            warn!(%provider, limit = MAX_BODIES_IN_FLIGHT, "webhook delivery refused: as many bodies as allowed are being read; the forge may redeliver");
+        }
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy: too many deliveries at once, redeliver later\n",
+        );
+    };
+    let body = Bytes::from_request(request, &()).await;
+    deliver(provider, state, &headers, body)
 }
 
 /// Handles one delivery; synchronous because nothing in it may wait.
@@ -155,9 +251,17 @@ fn deliver(
     let body = match body {
         Ok(body) => body,
         Err(rejection) => {
-            WebhookMetrics::count(&metrics.rejected);
             let status = rejection.status();
-            warn!(%provider, ?delivery, %status, "webhook delivery refused: {}", rejection.body_text());
+            let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "too_large"
+            } else {
+                "unreadable_body"
+            };
+            if state.rejected(reason) {
+                warn!(%provider, ?delivery, %status, "webhook delivery refused: {}", rejection.body_text());
+            } else {
+                debug!(%provider, ?delivery, %status, "webhook delivery refused: {}", rejection.body_text());
+            }
             return if status == StatusCode::PAYLOAD_TOO_LARGE {
                 (status, "payload too large (limit 5 MiB)\n")
             } else {
@@ -168,8 +272,15 @@ fn deliver(
 
     trace!(%provider, ?delivery, bytes = body.len(), "verifying webhook signature");
     if let Err(error) = signature::verify(provider, &state.secret, headers, &body) {
-        WebhookMetrics::count(&metrics.rejected);
-        warn!(%provider, ?delivery, %error, "webhook delivery rejected");
+        let reason = match error {
+            SignatureError::Missing { .. } => "unsigned",
+            SignatureError::Mismatch { .. } | SignatureError::NoSecret => "bad_signature",
+        };
+        if state.rejected(reason) {
+            warn!(%provider, ?delivery, %error, "webhook delivery rejected");
+        } else {
+            debug!(%provider, ?delivery, %error, "webhook delivery rejected");
+        }
         let reply = match error {
             SignatureError::Missing { .. } => "missing signature\n",
             SignatureError::Mismatch { .. } | SignatureError::NoSecret => "invalid signature\n",
@@ -180,8 +291,11 @@ fn deliver(
     let event = match event::parse(provider, headers, &body) {
         Ok(event) => event,
         Err(error) => {
-            WebhookMetrics::count(&metrics.rejected);
-            warn!(%provider, ?delivery, error = %error_text(&error), "signed webhook delivery unreadable");
+            if state.rejected("unreadable_event") {
+                warn!(%provider, ?delivery, error = %error_text(&error), "signed webhook delivery unreadable");
+            } else {
+                debug!(%provider, ?delivery, error = %error_text(&error), "signed webhook delivery unreadable");
+            }
             return (StatusCode::BAD_REQUEST, "unreadable event\n");
         }
     };
@@ -194,7 +308,8 @@ fn deliver(
         }
         Event::Push { branch } if branch == state.branch => {
             let now = Instant::now();
-            if state.replays.is_replay(provider, &body, now) {
+            // Claimed before the nudge: of concurrent copies only the first may nudge.
+            if !state.replays.claim(&body, now) {
                 WebhookMetrics::count(&metrics.coalesced);
                 debug!(%provider, ?delivery, %branch, "webhook push identical to one accepted recently: a replay, nothing new");
                 return (
@@ -204,13 +319,11 @@ fn deliver(
             }
             match state.nudge.try_send(Nudge { provider }) {
                 Ok(()) => {
-                    state.replays.record(provider, &body, now);
                     WebhookMetrics::count(&metrics.accepted);
                     info!(%provider, ?delivery, %branch, "webhook push: pass requested");
                     (StatusCode::ACCEPTED, "accepted\n")
                 }
                 Err(TrySendError::Full(_)) => {
-                    state.replays.record(provider, &body, now);
                     WebhookMetrics::count(&metrics.coalesced);
                     debug!(%provider, ?delivery, %branch, "webhook push: a pass is already pending");
                     (StatusCode::ACCEPTED, "coalesced with a pending pass\n")

@@ -383,7 +383,7 @@ async fn push_after_the_pending_nudge_was_taken_nudges_again() {
 }
 
 #[tokio::test]
-async fn a_replayed_push_is_coalesced_even_after_its_pass_was_taken() {
+async fn a_replayed_push_is_coalesced_on_every_endpoint_even_after_its_pass_was_taken() {
     let (state, mut rx) = receiver(SECRET, "main");
     let request = signed(Provider::GitHub, SECRET, "push", push_body("main"));
     assert_eq!(send(&state, request).await.1, "accepted\n");
@@ -399,14 +399,27 @@ async fn a_replayed_push_is_coalesced_even_after_its_pass_was_taken() {
         );
     }
     assert_no_nudge(&mut rx);
-    // The same body from another forge is another delivery.
-    let other = signed(Provider::Gitea, SECRET, "push", push_body("main"));
-    assert_eq!(send(&state, other).await.1, "accepted\n");
+    // The same body sent to the other endpoints is the same delivery (SECURITY-AUDIT.md L3:
+    // keyed on the endpoint too, one captured delivery started a pass on each of the four).
+    for provider in [Provider::Gitea, Provider::Forgejo, Provider::Gogs] {
+        let other = signed(provider, SECRET, "push", push_body("main"));
+        assert_eq!(
+            send(&state, other).await.1,
+            "coalesced: identical to a delivery already accepted\n",
+            "{provider}"
+        );
+    }
+    assert_no_nudge(&mut rx);
+    // Another body is another delivery.
+    let mut body = push_body("main");
+    body.push(b' ');
+    let different = signed(Provider::Gitea, SECRET, "push", body);
+    assert_eq!(send(&state, different).await.1, "accepted\n");
     assert_eq!(
         state.metrics.snapshot(),
         WebhookCounts {
             accepted: 2,
-            coalesced: 3,
+            coalesced: 6,
             ..WebhookCounts::default()
         }
     );
@@ -495,4 +508,148 @@ async fn secret_never_appears_in_responses_or_trace_logs() {
             "signature leaked:\n{text}"
         );
     }
+}
+
+/// A request body that never ends: reading it waits forever.
+struct EndlessBody;
+
+impl axum::body::HttpBody for EndlessBody {
+    type Data = axum::body::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+/// A push to `provider`'s endpoint with a body that never ends, signed as `signature` says.
+fn endless(provider: Provider, signature: Option<&str>) -> Request<Body> {
+    let mut request = Request::post(provider.path())
+        .header("content-type", "application/json")
+        .header(provider.event_headers()[0], "push");
+    if let Some(signature) = signature {
+        request = request.header(provider.signature_headers()[0], signature);
+    }
+    request.body(Body::new(EndlessBody)).unwrap()
+}
+
+#[tokio::test]
+async fn an_unsigned_delivery_is_refused_from_its_headers_without_reading_its_body() {
+    let (state, mut rx) = receiver(SECRET, "main");
+    for provider in Provider::ALL {
+        let reply = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            send(&state, endless(provider, None)),
+        )
+        .await
+        .expect("answered without waiting for the body");
+        assert_eq!(
+            reply,
+            (StatusCode::UNAUTHORIZED, "missing signature\n".to_owned())
+        );
+    }
+    assert_no_nudge(&mut rx);
+    assert_eq!(state.metrics.snapshot().rejected, 4);
+}
+
+#[tokio::test]
+async fn bodies_beyond_the_few_in_flight_are_refused_with_503_instead_of_buffered() {
+    let (state, mut rx) = receiver(SECRET, "main");
+    // MAX_BODIES_IN_FLIGHT deliveries whose bodies never finish hold every slot.
+    let mut stalled = Vec::new();
+    for _ in 0..MAX_BODIES_IN_FLIGHT {
+        let state = state.clone();
+        stalled.push(tokio::spawn(async move {
+            send(&state, endless(Provider::GitHub, Some("sha256=00"))).await
+        }));
+    }
+    while state.bodies.available_permits() > 0 {
+        tokio::task::yield_now().await;
+    }
+    let started = std::time::Instant::now();
+    let request = signed(Provider::GitHub, SECRET, "push", push_body("main"));
+    let (status, reply) = send(&state, request).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{reply}");
+    assert!(started.elapsed() >= BODY_SLOT_WAIT);
+    assert_no_nudge(&mut rx);
+    // A slot freed is a slot used again.
+    stalled.pop().unwrap().abort();
+    while state.bodies.available_permits() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let request = signed(Provider::GitHub, SECRET, "push", push_body("main"));
+    assert_eq!(send(&state, request).await.1, "accepted\n");
+    for task in stalled {
+        task.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_signed_form_encoded_github_push_is_accepted_by_its_signature_over_the_raw_form() {
+    let (state, mut rx) = receiver(SECRET, "main");
+    let json = push_body("main");
+    let mut form = form_urlencoded::Serializer::new(String::new());
+    form.append_pair("payload", std::str::from_utf8(&json).unwrap());
+    let form = form.finish().into_bytes();
+    let mut request = signed(Provider::GitHub, SECRET, "push", form.clone());
+    request.headers_mut().insert(
+        "content-type",
+        "application/x-www-form-urlencoded".parse().unwrap(),
+    );
+    assert_eq!(
+        send(&state, request).await,
+        (StatusCode::ACCEPTED, "accepted\n".to_owned())
+    );
+    assert!(rx.try_recv().is_ok());
+    // Signed over the JSON inside rather than the raw form, it is refused.
+    let digest = sign(SECRET, &json);
+    let forged = Request::post("/hooks/github")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-github-event", "push")
+        .header("x-hub-signature-256", format!("sha256={digest}"))
+        .body(Body::from(form))
+        .unwrap();
+    assert_eq!(send(&state, forged).await.0, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_flood_of_rejected_deliveries_logs_one_warning_and_counts_the_rest() {
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (state, _rx) = receiver(SECRET, "main");
+    for i in 0..500 {
+        let request = if i % 2 == 0 {
+            Request::post("/hooks/github")
+                .header("x-github-event", "push")
+                .body(Body::from(push_body("main")))
+                .unwrap()
+        } else {
+            signed(Provider::Gitea, "guess", "push", push_body("main"))
+        };
+        assert_eq!(send(&state, request).await.0, StatusCode::UNAUTHORIZED);
+    }
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    shutdown.cancel();
+    report_rejections(state.clone(), shutdown).await;
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = logs.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 2, "{logs}");
+    assert!(warnings[0].contains("no signature header"), "{logs}");
+    assert!(
+        warnings[1].contains("more webhook deliveries were rejected")
+            && warnings[1].contains("count=499")
+            && warnings[1].contains("bad_signature=250 unsigned=249"),
+        "{logs}"
+    );
+    assert_eq!(state.metrics.snapshot().rejected, 500);
 }

@@ -370,7 +370,7 @@ async fn a_token_lacking_allocate_template_is_told_the_privilege_and_path_and_ap
         "{text}"
     );
     assert!(
-        text.contains("fix: pveum acl modify /storage/local --tokens 'proxops@pve!agent'"),
+        text.contains("fix: pveum acl modify /storage/local --users 'proxops@pve'"),
         "{text}"
     );
     assert!(text.ends_with("1 problem found\n"), "{text}");
@@ -487,4 +487,154 @@ async fn the_documented_least_privilege_token_passes_check_and_applies() {
         .collect();
     created.sort();
     assert_eq!(created, vec!["/nodes/{node}/lxc", "/nodes/{node}/qemu"]);
+}
+
+/// The refusals `text` names: `Permission check failed (<path>, <privilege>)` as
+/// (path, privilege), and a bare `Permission check failed` (PVE's `raise_perm_exc()`, which
+/// create handlers give for `VM.Allocate`) as ("", "").
+fn refusals(text: &str) -> std::collections::BTreeSet<(String, String)> {
+    let mut out = std::collections::BTreeSet::new();
+    for (i, _) in text.match_indices("Permission check failed") {
+        let rest = &text[i + "Permission check failed".len()..];
+        match rest
+            .strip_prefix(" (")
+            .and_then(|r| r.split_once(')'))
+            .and_then(|(inner, _)| inner.split_once(", "))
+        {
+            Some((path, privilege)) if path.starts_with('/') => {
+                out.insert((path.to_owned(), privilege.to_owned()));
+            }
+            _ => {
+                out.insert((String::new(), String::new()));
+            }
+        }
+    }
+    out
+}
+
+/// The privilege problems of a `check` output: `[PROBLEM] privilege <P> on <path>:`.
+fn predicted(text: &str) -> std::collections::BTreeSet<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("[PROBLEM] privilege "))
+        .filter_map(|l| l.split_once(':').map(|(s, _)| s))
+        .filter_map(|s| s.split_once(" on "))
+        .map(|(p, path)| (path.to_owned(), p.to_owned()))
+        .collect()
+}
+
+/// An ISO and a VM booting it (started, on a VLAN), a CT template and a container that does
+/// not declare `unprivileged` (PVE 9 makes it unprivileged).
+fn write_least_privilege_scenario(world: &World) {
+    write_iso_and_installer(world);
+    world.write(
+        "vm/web.yaml",
+        Some(&format!(
+            "{}  state: started\n  hardware:\n    cdrom:\n      iso: netinst\n",
+            VM.replace("- bridge: vmbr0\n", "- {bridge: vmbr0, vlan: 20}\n")
+        )),
+    );
+    write_template_and_container(world);
+    let lxc = std::fs::read_to_string(world.repo().join("lxc/dns-1.yaml")).unwrap();
+    world.write(
+        "lxc/dns-1.yaml",
+        Some(&lxc.replace("{unprivileged: true, nesting: true}", "{nesting: true}")),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_with_each_documented_privilege_removed_names_exactly_the_refusal_pve_gives() {
+    let files: &[(&str, &[u8])] = &[
+        ("netinst.iso", b"an installer".as_slice()),
+        ("ct.tar.zst", b"a container template".as_slice()),
+    ];
+    // The documented recipe is enough: check passes and apply converges.
+    let (world, token_id) = least_privilege_world(files, None).await;
+    write_least_privilege_scenario(&world);
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    let out = world.proxops(&["apply", "--yes"]).await;
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(refusals(&all).is_empty(), "{all}");
+    drop(world);
+
+    let documented: Vec<String> = documented_pveum_commands()
+        .into_iter()
+        .filter(|w| w.get(1).map(String::as_str) == Some("role"))
+        .filter_map(|w| flag(&w, "--privs").map(str::to_owned))
+        .flat_map(|p| p.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    let mut needed = Vec::new();
+    for privilege in &documented {
+        let (world, _) = least_privilege_world(files, Some(privilege)).await;
+        write_least_privilege_scenario(&world);
+        let out = world.proxops(&["check"]).await;
+        let check = stdout(&out);
+        let predicted = predicted(&check);
+        let out = world.proxops(&["apply", "--yes"]).await;
+        let apply = format!("{}{}", stdout(&out), stderr(&out));
+        let refused = refusals(&apply);
+        assert!(
+            predicted.iter().all(|(_, p)| p == privilege),
+            "without {privilege}, check names other privileges:\n{check}"
+        );
+        if predicted.is_empty() {
+            // Not needed by this scenario: PVE refuses nothing either.
+            assert!(refused.is_empty(), "without {privilege}:\n{check}\n{apply}");
+            assert_eq!(out.status.code(), Some(0), "without {privilege}:\n{apply}");
+            continue;
+        }
+        needed.push(privilege.clone());
+        if refused.is_empty() {
+            // Reads are not refused: PVE hides what the token may not see (guests without
+            // VM.Audit, storages without Datastore.AllocateSpace|Audit), so the pass cannot
+            // act on them or the next plan wants to create them again.
+            let plan = stdout(&world.proxops(&["plan"]).await);
+            assert!(
+                apply.contains("observe-failed") || plan.contains("+ create VM/web"),
+                "without {privilege} PVE refused nothing and nothing was hidden:\n{apply}\n{plan}"
+            );
+            continue;
+        }
+        for refusal in &refused {
+            if refusal.0.is_empty() {
+                // A bare refusal: the create handlers' VM.Allocate check (`raise_perm_exc()`)
+                // and the download's `or` of Sys.AccessNetwork / Sys.Audit+Sys.Modify.
+                assert!(
+                    ["VM.Allocate", "Sys.AccessNetwork"].contains(&privilege.as_str()),
+                    "without {privilege}:\n{apply}"
+                );
+            } else {
+                assert!(
+                    predicted.contains(refusal),
+                    "without {privilege}, PVE refused {refusal:?}, check predicted \
+                     {predicted:?}:\n{check}\n{apply}"
+                );
+            }
+        }
+    }
+    // This scenario exercises every privilege of the recipe except those that only updates
+    // of existing guests or clones need (VM.Clone, VM.Config.CDROM, VM.Config.Cloudinit; the
+    // simulator's permission tests cover them).
+    for p in [
+        "VM.Audit",
+        "VM.Allocate",
+        "VM.PowerMgmt",
+        "VM.Config.Disk",
+        "VM.Config.CPU",
+        "VM.Config.Memory",
+        "VM.Config.Network",
+        "VM.Config.Options",
+        "Datastore.AllocateSpace",
+        "Datastore.AllocateTemplate",
+        "SDN.Use",
+        "Sys.AccessNetwork",
+    ] {
+        assert!(
+            needed.iter().any(|n| n == p),
+            "{p} was not needed: {needed:?}"
+        );
+    }
+    let _ = token_id;
 }

@@ -286,3 +286,48 @@ async fn a_thirty_second_webhook_flood_leaves_the_agent_responsive_and_adds_at_m
         .unwrap_or(30);
     run(seconds).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_unsigned_deliveries_is_logged_as_one_line_and_one_count() {
+    // SECURITY-AUDIT.md L2: 5,000 unsigned POSTs wrote 5,000 WARN lines, enough to push the
+    // agent's own messages past journald's rate limit.
+    let setup = Setup::start("flood-token-secret-3d1e", "flood-webhook-secret-77a2").await;
+    let mut agent = setup.spawn("quiet", &TrustLine::Pin, "info");
+    agent
+        .wait_for(|s| s["last_attempted"]["outcome"] == "applied")
+        .await;
+    let client = reqwest::Client::new();
+    let url = agent.url("/hooks/github");
+    let body = push_body();
+    let mut tasks = tokio::task::JoinSet::new();
+    let total = 2_000u32;
+    for i in 0..total {
+        let mut request = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("X-GitHub-Event", "push")
+            .body(body);
+        if i % 2 == 1 {
+            request = request.header("X-Hub-Signature-256", "sha256=00");
+        }
+        tasks.spawn(async move { request.send().await.map(|r| r.status().as_u16()) });
+        if tasks.len() >= 32 {
+            assert_eq!(tasks.join_next().await.unwrap().unwrap().unwrap(), 401);
+        }
+    }
+    while let Some(answer) = tasks.join_next().await {
+        assert_eq!(answer.unwrap().unwrap(), 401);
+    }
+    assert!(agent.terminate().success());
+    let log = agent.log_text();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("webhook deliver"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[1].contains("more webhook deliveries were rejected")
+            && warnings[1].contains(&format!("count={}", total - 1)),
+        "{warnings:#?}"
+    );
+}

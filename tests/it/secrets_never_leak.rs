@@ -186,3 +186,47 @@ async fn a_refused_token_is_reported_without_the_secret_sent_or_the_right_one() 
     drop(agent);
     scan_database(&setup.state_dir("wrong"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secret_files_readable_by_other_users_are_warned_about_at_start_without_their_content() {
+    use std::os::unix::fs::PermissionsExt;
+    // SECURITY-AUDIT.md L7: only the age identity's mode was checked.
+    let setup = Setup::start(TOKEN, HOOK).await;
+    let token = setup.dir.path().join("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut agent = setup.spawn("modes", &TrustLine::Pin, "info");
+    let hook = agent.config.with_extension("hook-secret");
+    agent.listening().await;
+    agent.terminate();
+    let warned = |log: &str, key: &str, file: &Path| {
+        log.lines().any(|l| {
+            l.contains("WARN")
+                && l.contains("secret file is readable by other users")
+                && l.contains(key)
+                && l.contains(&file.display().to_string())
+        })
+    };
+    let log = agent.log_text();
+    assert!(warned(&log, "pve.token_secret_file", &token), "{log}");
+    assert_eq!(
+        std::fs::metadata(&hook).unwrap().permissions().mode() & 0o077 != 0,
+        warned(&log, "webhook.secret_file", &hook),
+        "the webhook secret is warned about exactly when its mode is loose:\n{log}"
+    );
+    assert_clean("the log", &log);
+
+    // Mode 0600: no warning at the next start.
+    for file in [&token, &hook] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let before = log.len();
+    agent.respawn();
+    agent.listening().await;
+    agent.terminate();
+    let log = agent.log_text();
+    assert!(
+        !log[before..].contains("secret file is readable by other users"),
+        "{}",
+        &log[before..]
+    );
+}

@@ -123,3 +123,100 @@ async fn insecure_mode_logs_its_warning_at_every_start() {
     }
     assert!(api_requests(&setup) > 0, "insecure mode reached the API");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_http_pve_url_is_refused_unless_allowed_and_then_warned_about_at_every_start() {
+    use crate::support::agent::{AgentProcess, Trust};
+    // SECURITY-AUDIT.md M3: `http://` was accepted and the token crossed the wire in clear.
+    let world = crate::sim::World::start(&[("a.iso", b"installer".as_slice())]).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let plain = proxops_pve_sim::start(
+        proxops_pve_sim::SimConfig {
+            tls: false,
+            task_duration: Duration::from_millis(20),
+            ..proxops_pve_sim::SimConfig::default()
+        },
+        listener,
+    )
+    .await
+    .unwrap();
+    let url = plain.base_url().trim_end_matches("/api2/json").to_owned();
+    assert!(url.starts_with("http://"), "{url}");
+    let repo = crate::git_server::TestRepo::new();
+    let commit = repo.commit_files(
+        &[(
+            "iso/a.yaml",
+            &crate::sim::artifact(
+                "ISO",
+                "a",
+                &["pve1"],
+                "a.iso",
+                &format!("{}/a.iso", world.files_url),
+                None,
+            ),
+        )],
+        "one ISO",
+    );
+    let dir = world.dir.path();
+    let toml = world
+        .agent_toml()
+        .state_dir(dir.join("state-plain"))
+        .source(&repo.url())
+        .pve_url(&url)
+        .trust(Trust::None);
+
+    let refused = toml.write(&dir.join("agent-refused.toml"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxops"))
+        .args(["agent", "--config"])
+        .arg(&refused)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pve.url: `{url}` is plain http"))
+            && stderr.contains("allow_plain_http = true"),
+        "{stderr}"
+    );
+    assert_eq!(
+        plain.control().requests().requests.len(),
+        0,
+        "no request was sent"
+    );
+    assert!(!dir.join("state-plain").exists(), "nothing was created");
+
+    let allowed = toml.pve("allow_plain_http = true");
+    let mut agent = AgentProcess::spawn(&allowed, &dir.join("agent-plain.toml"), "info");
+    agent
+        .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(commit.as_str()))
+        .await;
+    agent.terminate();
+    agent.respawn();
+    agent.listening().await;
+    let warnings = agent
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("[pve] url is plain http"))
+        .count();
+    assert_eq!(warnings, 2, "one warning per start:\n{}", agent.log_text());
+
+    let out = agent
+        .cli(&["check", "--json"])
+        .arg(repo.work_path())
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let item = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["check"] == "pve" && i["subject"] == "url")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(item["status"], "problem", "{item}");
+    assert!(
+        item["detail"].as_str().unwrap().contains("plain http"),
+        "{item}"
+    );
+    assert_eq!(report["ok"], false);
+}

@@ -180,6 +180,28 @@ struct Entry {
     propagate: bool,
 }
 
+/// The tag settings of `datacenter.cfg` that `get_allowed_tags` reads (pve-guest-common
+/// `src/PVE/GuestHelpers.pm` @ 4a8f6cb): `user-tag-access` (`user-allow`, default `free`;
+/// `user-allow-list`) and `registered-tags`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TagAccess {
+    /// `free`, `existing`, `list` or `none`.
+    pub(crate) user_allow: String,
+    pub(crate) allow_list: BTreeSet<String>,
+    pub(crate) registered: BTreeSet<String>,
+}
+
+impl TagAccess {
+    fn from_seed(seed: &Seed) -> Self {
+        let dc = &seed.datacenter;
+        Self {
+            user_allow: dc.user_allow.clone().unwrap_or_else(|| "free".to_string()),
+            allow_list: dc.user_allow_list.iter().cloned().collect(),
+            registered: dc.registered_tags.iter().cloned().collect(),
+        }
+    }
+}
+
 /// Roles, groups, ACL entries and the privilege separation of every token.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Acl {
@@ -188,6 +210,8 @@ pub(crate) struct Acl {
     entries: Vec<Entry>,
     /// tokenid -> privilege separation.
     privsep: BTreeMap<String, bool>,
+    /// Who may set which guest tags.
+    pub(crate) tags: TagAccess,
 }
 
 impl Acl {
@@ -226,7 +250,23 @@ impl Acl {
                 .collect(),
             entries,
             privsep,
+            tags: TagAccess::from_seed(seed),
         }
+    }
+
+    /// Whether an ACL entry sits exactly on `path` (`find_acl_tree_node`), and the paths of
+    /// entries directly below it (its `children`).
+    pub(crate) fn children_of(&self, path: &str) -> Vec<String> {
+        let path = normalize_path(path);
+        let prefix = format!("{path}/");
+        let mut out: BTreeSet<String> = BTreeSet::new();
+        for e in &self.entries {
+            if let Some(rest) = e.path.strip_prefix(&prefix) {
+                let child = rest.split('/').next().unwrap_or(rest);
+                out.insert(format!("{prefix}{child}"));
+            }
+        }
+        out.into_iter().collect()
     }
 
     /// `AccessControl.pm` `roles`: walking from `/` to `path`, the most specific level with

@@ -55,7 +55,10 @@ pub use error::SimError;
 pub use faults::{FaultError, HttpFault};
 pub use request_log::{RequestLog, RequestRecord};
 pub use seed::{
-    AclSeed, GroupSeed, GuestSeed, NodeSeed, RoleSeed, Seed, SeedError, StorageSeed, TokenSeed,
-    UserSeed, VolumeSeed,
+    AclSeed, DatacenterSeed, GroupSeed, GuestSeed, NodeSeed, RoleSeed, Seed, SeedError,
+    StorageSeed, TokenSeed, UserSeed, VolumeSeed,
 };
-pub use server::{DEFAULT_LOCK_TIMEOUT, DEFAULT_TASK_DURATION, RunningSim, SimConfig, start};
+pub use server::{
+    DEFAULT_LOCK_TIMEOUT, DEFAULT_PROXY_TIMEOUT, DEFAULT_TASK_DURATION, RunningSim, SimConfig,
+    start,
+};

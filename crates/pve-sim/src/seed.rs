@@ -76,6 +76,25 @@ pub struct Seed {
     /// Guests that exist at start.
     #[serde(default)]
     pub guests: Vec<GuestSeed>,
+    /// The tag settings of `datacenter.cfg` (`user-tag-access`, `registered-tags`).
+    #[serde(default)]
+    pub datacenter: DatacenterSeed,
+}
+
+/// The `datacenter.cfg` settings the permission checks read: who may set which guest tags
+/// (pve-guest-common `src/PVE/GuestHelpers.pm` `get_allowed_tags`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DatacenterSeed {
+    /// `user-tag-access: user-allow=<free|existing|list|none>` (PVE's default `free`).
+    #[serde(default)]
+    pub user_allow: Option<String>,
+    /// `user-tag-access: user-allow-list=<tag;...>`.
+    #[serde(default)]
+    pub user_allow_list: Vec<String>,
+    /// `registered-tags`: tags only users with `Sys.Modify` on `/` may set or remove.
+    #[serde(default)]
+    pub registered_tags: Vec<String>,
 }
 
 /// One node.
@@ -293,6 +312,7 @@ impl Default for Seed {
             pools: Vec::new(),
             volumes: Vec::new(),
             guests: Vec::new(),
+            datacenter: DatacenterSeed::default(),
         }
     }
 }
@@ -345,6 +365,13 @@ impl Seed {
             }
         }
         self.check_access()?;
+        if let Some(mode) = &self.datacenter.user_allow
+            && !["free", "existing", "list", "none"].contains(&mode.as_str())
+        {
+            return Err(SeedError::Invalid(format!(
+                "datacenter user-allow '{mode}': expected free, existing, list or none"
+            )));
+        }
         for g in &self.guests {
             if !known_node(&g.node) {
                 return Err(SeedError::Invalid(format!(

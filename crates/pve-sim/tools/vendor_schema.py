@@ -55,6 +55,8 @@ EXTRA_ENDPOINTS = [
     ("/cluster/status", "GET"),
     # `proxops check` lists each node's bridges (issue 7).
     ("/nodes/{node}/network", "GET"),
+    # `proxops check` reads the datacenter tag settings (issue 15, M26).
+    ("/cluster/options", "GET"),
 ]
 
 

@@ -43,6 +43,8 @@ pub(crate) enum Trust {
     CaFile(PathBuf),
     /// `insecure = true`.
     Insecure,
+    /// No trust line (a plain-http URL takes none).
+    None,
 }
 
 /// `[source]`.
@@ -74,6 +76,9 @@ pub(crate) struct AgentToml {
     policy: Vec<String>,
     age_key_file: Option<PathBuf>,
     raw: Vec<String>,
+    http: Vec<String>,
+    webhook: Vec<String>,
+    pve: Vec<String>,
 }
 
 impl AgentToml {
@@ -98,7 +103,35 @@ impl AgentToml {
             policy: Vec::new(),
             age_key_file: None,
             raw: Vec::new(),
+            http: Vec::new(),
+            webhook: Vec::new(),
+            pve: Vec::new(),
         }
+    }
+
+    /// More `[http]` lines, as TOML (`token_file = "..."`, `allowed_hosts = [...]`).
+    pub(crate) fn http(mut self, lines: &str) -> AgentToml {
+        self.http.push(lines.to_owned());
+        self
+    }
+
+    /// More `[webhook]` lines, as TOML (`listen = "127.0.0.1:0"`); needs
+    /// [`AgentToml::webhook_secret`].
+    pub(crate) fn webhook(mut self, lines: &str) -> AgentToml {
+        self.webhook.push(lines.to_owned());
+        self
+    }
+
+    /// `[pve] url` (default: the simulator's).
+    pub(crate) fn pve_url(mut self, url: &str) -> AgentToml {
+        url.clone_into(&mut self.pve_url);
+        self
+    }
+
+    /// More `[pve]` lines, as TOML (`allow_plain_http = true`).
+    pub(crate) fn pve(mut self, lines: &str) -> AgentToml {
+        self.pve.push(lines.to_owned());
+        self
     }
 
     /// `node` (a node name, or `*` for the whole cluster).
@@ -241,9 +274,17 @@ impl AgentToml {
         if self.webhook_secret.is_some() {
             t.push_str("[webhook]\n");
             entry(t, "secret_file", hook_secret_file);
+            for lines in &self.webhook {
+                t.push_str(lines.trim_end());
+                t.push('\n');
+            }
         }
         t.push_str("[http]\n");
         entry(t, "listen", &self.listen);
+        for lines in &self.http {
+            t.push_str(lines.trim_end());
+            t.push('\n');
+        }
         t.push_str("[pve]\n");
         entry(t, "url", &self.pve_url);
         entry(t, "token_id", &self.token_id);
@@ -252,6 +293,11 @@ impl AgentToml {
             Trust::Fingerprint(fingerprint) => entry(t, "fingerprint", fingerprint),
             Trust::CaFile(path) => entry(t, "ca_file", &path.display().to_string()),
             Trust::Insecure => t.push_str("insecure = true\n"),
+            Trust::None => {}
+        }
+        for lines in &self.pve {
+            t.push_str(lines.trim_end());
+            t.push('\n');
         }
         t.push_str("[policy]\n");
         entry(t, "task_timeout", &self.task_timeout);
@@ -426,6 +472,14 @@ impl AgentProcess {
         let text = std::fs::read_to_string(proxops::agent::http_addr_path(&self.state_dir)).ok()?;
         let addr = text.trim().parse().ok()?;
         Some(*self.addr.get_or_init(|| addr))
+    }
+
+    /// The address this run's webhook listener (`[webhook] listen`) is bound to, once it has
+    /// written `webhook.addr`.
+    pub(crate) fn webhook_addr(&self) -> Option<SocketAddr> {
+        let text =
+            std::fs::read_to_string(proxops::agent::webhook_addr_path(&self.state_dir)).ok()?;
+        text.trim().parse().ok()
     }
 
     /// Waits until the agent listens; its address.

@@ -1,7 +1,8 @@
 //! Guest config endpoints: `GET config` (pending merged, digest, masked cipassword),
 //! `GET pending`, `PUT config` (synchronous, both types) and qemu's `POST config` (a
-//! `qmconfig` task). Writes check the digest before the lock, go to `[PENDING]` first, and
-//! are applied at once when the guest is stopped or hot-pluggable.
+//! `qmconfig` task). qemu writes check the digest before the lock, container writes the lock
+//! before the digest (see [`precheck`]); values go to `[PENDING]` first and are applied at
+//! once when the guest is stopped or hot-pluggable.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::{Ctx, disks};
+use super::{Ctx, disks, permission};
 use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
 use crate::guest::{self, Guest, Kind};
@@ -78,7 +79,10 @@ impl Update {
                 }
             }
         }
-        check_conflicts(kind, &set, &delete, &revert)?;
+        // pve-container checks these inside the lock, after the permissions (`precheck`).
+        if kind == Kind::Qemu {
+            check_conflicts(kind, &set, &delete, &revert)?;
+        }
         Ok(Self {
             set,
             delete,
@@ -196,15 +200,26 @@ pub(super) async fn wait_config_lock(ctx: &Ctx, kind: Kind, vmid: u32) -> ApiRes
     }
 }
 
-/// Synchronous checks of a write (digest, lock, read-only keys, permissions, drive syntax).
+/// The synchronous checks of a write once the config file is locked, in each handler's order.
+///
+/// qemu (qemu-server src/PVE/API2/Qemu.pm @ e6352be, `$update_vm_api`'s
+/// `$load_and_check_config`, then `$updatefn`): digest (`checksum mismatch`), lock, then the
+/// per-key drive and tag privileges ([`permission::qemu_config_late`]) and the drive syntax.
+///
+/// lxc (pve-container src/PVE/API2/LXC/Config.pm @ 94f5585, `update_vm`, all inside
+/// `lock_config`): `check_lock` **then** `assert_if_modified` (digest), then
+/// `check_ct_modify_config_perm` of the deleted, reverted and set keys, then the
+/// `delete`/`revert` conflicts, then `update_pct_config`'s read-only `unprivileged`.
 fn precheck(cluster: &Cluster, ctx: &Ctx, g: &Guest, u: &Update) -> ApiResult<()> {
-    check_digest(g, u.digest.as_deref())?;
-    if !u.skiplock {
-        g.check_lock().map_err(ApiError::die)?;
-    }
     let node = g.node.as_str();
+    let authid = ctx.authid();
     match g.kind {
         Kind::Qemu => {
+            check_digest(g, u.digest.as_deref())?;
+            if !u.skiplock {
+                g.check_lock().map_err(ApiError::die)?;
+            }
+            permission::qemu_config_late(cluster, authid, g, &u.set, &u.delete)?;
             for (k, v) in &u.set {
                 if guest::is_qemu_disk_key(k) {
                     disks::check_qemu_drive(cluster, node, k, v, ctx.is_root_pam())?;
@@ -213,13 +228,47 @@ fn precheck(cluster: &Cluster, ctx: &Ctx, g: &Guest, u: &Update) -> ApiResult<()
             }
         }
         Kind::Lxc => {
-            if u.set.contains_key("unprivileged") || u.delete.iter().any(|k| k == "unprivileged") {
+            // `update_vm` has no `skiplock`: the lock is always checked.
+            g.check_lock().map_err(ApiError::die)?;
+            check_digest(g, u.digest.as_deref())?;
+            let unprivileged = g.config.get("unprivileged").is_some_and(|v| v == "1");
+            let none = BTreeMap::new();
+            let perm = |set: &BTreeMap<String, String>, delete: &[String]| {
+                permission::ct_modify_config_perm(
+                    cluster,
+                    authid,
+                    &permission::CtWrite {
+                        vmid: g.vmid,
+                        pool: None,
+                        old: Some(&g.config),
+                        new: set,
+                        delete,
+                        unprivileged,
+                    },
+                )
+            };
+            perm(&none, &u.delete)?;
+            perm(&none, &u.revert)?;
+            check_conflicts(Kind::Lxc, &u.set, &u.delete, &u.revert)?;
+            perm(&u.set, &[])?;
+            if u.delete.iter().any(|k| k == "unprivileged") {
+                return Err(ApiError::die(
+                    "unable to delete read-only option: 'unprivileged'",
+                ));
+            }
+            if u.set.contains_key("unprivileged") {
                 return Err(ApiError::die(
                     "unable to modify read-only option: 'unprivileged'",
                 ));
             }
-            let unprivileged = g.config.get("unprivileged").is_some_and(|v| v == "1");
-            check_lxc_permissions(cluster, ctx, node, unprivileged, &u.set)?;
+            for v in u
+                .set
+                .iter()
+                .filter(|(k, _)| guest::is_lxc_volume_key(k))
+                .map(|(_, v)| v)
+            {
+                disks::check_lxc_volume(cluster, node, v, ctx.is_root_pam())?;
+            }
         }
     }
     Ok(())
@@ -236,36 +285,6 @@ pub(super) fn check_hostpci(ctx: &Ctx, key: &str, value: &str) -> ApiResult<()> 
         return Err(ApiError::die(format!(
             "only root can set '{key}' config for non-mapped devices"
         )));
-    }
-    Ok(())
-}
-
-/// `check_ct_modify_config_perm`: feature flags and bind mounts are for `root@pam`.
-pub(super) fn check_lxc_permissions(
-    cluster: &Cluster,
-    ctx: &Ctx,
-    node: &str,
-    unprivileged: bool,
-    set: &BTreeMap<String, String>,
-) -> ApiResult<()> {
-    let root = ctx.is_root_pam();
-    for (k, v) in set {
-        if k == "features" && !root {
-            if !unprivileged {
-                return Err(ApiError::forbidden(
-                    "changing feature flags for privileged container is only allowed for root@pam",
-                ));
-            }
-            let p = PropertyString::parse(v, None);
-            if p.items().iter().any(|(k, _)| k != "nesting") {
-                return Err(ApiError::forbidden(
-                    "changing feature flags (except nesting) is only allowed for root@pam",
-                ));
-            }
-        }
-        if guest::is_lxc_volume_key(k) {
-            disks::check_lxc_volume(cluster, node, v, root)?;
-        }
     }
     Ok(())
 }
@@ -371,12 +390,45 @@ pub(super) async fn put(ctx: &Ctx, kind: Kind) -> ApiResult {
         cluster.guest(&node, vmid, kind)?;
     }
     let update = Update::parse(ctx, kind)?;
+    if kind == Kind::Qemu {
+        permission::qemu_config_early(ctx, vmid, &update.set, &update.delete)?;
+    }
     wait_config_lock(ctx, kind, vmid).await?;
+    let import = {
+        let mut cluster = ctx.shared.cluster();
+        let g = cluster.guest(&node, vmid, kind)?.clone();
+        precheck(&cluster, ctx, &g, &update)?;
+        let import = import_duration(ctx, kind, &update);
+        if import.is_zero() {
+            apply(&mut cluster, vmid, &update).map_err(ApiError::die)?;
+            return Ok(Value::Null);
+        }
+        // qemu-server's synchronous `update_vm_api` runs `create_disks` (the whole
+        // `import-from` copy) inside `lock_config`, before it answers (qemu-server e6352be6
+        // `src/PVE/API2/Qemu.pm` `$update_vm_api`, `$sync` branch): the config lock is held
+        // and the request stays silent meanwhile, so pveproxy may answer 596 first.
+        *cluster.file_locks.entry(vmid).or_default() += 1;
+        import
+    };
+    tokio::time::sleep(import).await;
     let mut cluster = ctx.shared.cluster();
-    let g = cluster.guest(&node, vmid, kind)?.clone();
-    precheck(&cluster, ctx, &g, &update)?;
+    super::qemu::release_file_lock(&mut cluster, vmid);
     apply(&mut cluster, vmid, &update).map_err(ApiError::die)?;
     Ok(Value::Null)
+}
+
+/// How long the disk imports (`import-from=`) of a qemu config write take.
+fn import_duration(ctx: &Ctx, kind: Kind, update: &Update) -> Duration {
+    let imports = kind == Kind::Qemu
+        && update
+            .set
+            .iter()
+            .any(|(k, v)| guest::is_qemu_disk_key(k) && v.contains("import-from="));
+    if imports {
+        ctx.shared.settings.disk_import_duration
+    } else {
+        Duration::ZERO
+    }
 }
 
 pub(super) async fn post(ctx: &Ctx) -> ApiResult {
@@ -387,12 +439,14 @@ pub(super) async fn post(ctx: &Ctx) -> ApiResult {
         cluster.guest(&node, vmid, Kind::Qemu)?;
     }
     let update = Update::parse(ctx, Kind::Qemu)?;
+    permission::qemu_config_early(ctx, vmid, &update.set, &update.delete)?;
     let background_delay = ctx.params.u64("background_delay")?;
     wait_config_lock(ctx, Kind::Qemu, vmid).await?;
     let upid = {
         let mut cluster = ctx.shared.cluster();
         let g = cluster.guest(&node, vmid, Kind::Qemu)?.clone();
         precheck(&cluster, ctx, &g, &update)?;
+        let import = import_duration(ctx, Kind::Qemu, &update);
         let work: Work = Box::new(move |c, _log, injected| {
             if let Some(m) = injected {
                 return Err(m);
@@ -405,7 +459,10 @@ pub(super) async fn post(ctx: &Ctx) -> ApiResult {
             id: vmid.to_string(),
             user: ctx.authid(),
         };
-        task::start(&ctx.shared, &mut cluster, &spec, work)
+        // The `qmconfig` worker does the same work as the synchronous PUT, imports
+        // included (`update_vm_async` → `$update_vm_api` → `fork_worker('qmconfig', ...)`),
+        // but the request answers the UPID at once.
+        task::start_at_least(&ctx.shared, &mut cluster, &spec, import, work)
     };
     if let Some(secs) = background_delay {
         match task::wait_for(&ctx.shared, &upid, Duration::from_secs(secs)).await {

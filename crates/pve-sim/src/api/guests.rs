@@ -2,6 +2,7 @@
 //! template conversion and resize. The differences PVE has between the two (lxc checks
 //! power state synchronously, qemu inside the task; lxc `template` returns null) are kept.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -275,18 +276,19 @@ pub(super) async fn power(ctx: &Ctx, kind: Kind, action: Power) -> ApiResult {
         g.check_lock().map_err(ApiError::die)?;
     }
     let noun = kind.noun();
-    // lxc checks the power state before forking; qemu fails inside the task for start.
+    // lxc checks the power state before forking (pve-container src/PVE/API2/LXC/Status.pm
+    // @ 94f5585: `CT N already running` / `CT N not running`); qemu fails inside the task for
+    // start.
     match (kind, action) {
         (Kind::Lxc, Power::Start) if g.running => {
             return Err(ApiError::die(format!("CT {vmid} already running")));
         }
-        (Kind::Lxc, Power::Start) if g.is_template() => {
-            return Err(ApiError::die("you can't start a CT if it's a template"));
-        }
-        (Kind::Lxc, Power::Stop | Power::Shutdown | Power::Suspend | Power::Reboot)
-            if !g.running =>
-        {
+        (Kind::Lxc, Power::Stop | Power::Shutdown | Power::Suspend) if !g.running => {
             return Err(ApiError::die(format!("CT {vmid} not running")));
+        }
+        // pve-container's `vm_reboot` says VM (src/PVE/API2/LXC/Status.pm @ 94f5585).
+        (Kind::Lxc, Power::Reboot) if !g.running => {
+            return Err(ApiError::die(format!("VM {vmid} not running")));
         }
         (Kind::Qemu, Power::Reboot | Power::Reset | Power::Suspend) if !g.running => {
             return Err(ApiError::die(format!("VM {vmid} not running")));
@@ -314,8 +316,14 @@ pub(super) async fn power(ctx: &Ctx, kind: Kind, action: Power) -> ApiResult {
         };
         match action {
             Power::Start => {
+                // Both fail in the worker: qemu-server `vm_start`, pve-container `vm_start`'s
+                // `$realcmd` (src/PVE/API2/LXC/Status.pm @ 94f5585).
                 if g.is_template() {
-                    return Err("you can't start a vm if it's a template".to_string());
+                    return Err(match g.kind {
+                        Kind::Qemu => "you can't start a vm if it's a template",
+                        Kind::Lxc => "you can't start a CT if it's a template",
+                    }
+                    .to_string());
                 }
                 if g.running {
                     return Err(format!("{noun} {vmid} already running"));
@@ -529,6 +537,54 @@ pub(super) async fn template(ctx: &Ctx, kind: Kind) -> ApiResult {
     })
 }
 
+/// The volume a resize targets, its current and its requested size, and the disk value.
+struct ResizeTarget {
+    volid: String,
+    current: u64,
+    new: u64,
+    value: PropertyString,
+}
+
+fn resize_target(c: &Cluster, g: &Guest, disk: &str, size: &str) -> Result<ResizeTarget, String> {
+    let kind = g.kind;
+    let dk = if kind == Kind::Qemu { "file" } else { "volume" };
+    let Some(value) = g.config.get(disk).cloned() else {
+        return Err(format!("disk '{disk}' does not exist"));
+    };
+    if kind == Kind::Qemu && guest::is_cdrom(&value) {
+        return Err("you can't resize a cdrom".to_string());
+    }
+    let p = PropertyString::parse(&value, Some(dk));
+    let volid = p.get(dk).unwrap_or("").to_string();
+    let current = c
+        .volume(&g.node, &volid)
+        .map(|v| v.size)
+        .or_else(|| p.get("size").and_then(parse_size))
+        .unwrap_or(0);
+    let (grow, amount) = match size.strip_prefix('+') {
+        Some(rest) => (true, rest),
+        None => (false, size),
+    };
+    let amount = parse_size(amount).ok_or_else(|| format!("invalid size '{size}'"))?;
+    let new = if grow { current + amount } else { amount };
+    Ok(ResizeTarget {
+        volid,
+        current,
+        new,
+        value: p,
+    })
+}
+
+/// `PUT .../resize`, a `resize` task for both types, with their different checks:
+///
+/// * qemu (qemu-server src/PVE/API2/Qemu.pm @ e6352be, `resize_vm`): every check inside the
+///   task (digest, lock, `shrinking disks is not supported`; an equal size is OK and writes
+///   nothing);
+/// * lxc (pve-container src/PVE/API2/LXC.pm @ 94f5585, `resize_vm`'s `$load_and_check`, run
+///   once before forking): the lock, `check_ct_modify_config_perm` of the remaining `disk`
+///   parameter (so `VM.Config.Options`), the digest, `Datastore.AllocateSpace` on the
+///   volume's storage, then 500 `unable to shrink disk size` or `disk is already at specified
+///   size`.
 pub(super) fn resize(ctx: &Ctx, kind: Kind) -> ApiResult {
     let (node, vmid) = ids(ctx)?;
     let disk = ctx.params.required("disk")?.to_string();
@@ -536,7 +592,40 @@ pub(super) fn resize(ctx: &Ctx, kind: Kind) -> ApiResult {
     let mut cluster = ctx.shared.cluster();
     cluster.node(&node)?;
     let g = cluster.guest(&node, vmid, kind)?.clone();
-    // The worker runs PVE's update function at once: capture its checks now.
+    if kind == Kind::Lxc {
+        g.check_lock().map_err(ApiError::die)?;
+        let param = BTreeMap::from([("disk".to_string(), disk.clone())]);
+        let unprivileged = g.config.get("unprivileged").is_some_and(|v| v == "1");
+        super::permission::ct_modify_config_perm(
+            &cluster,
+            ctx.authid(),
+            &super::permission::CtWrite {
+                vmid,
+                pool: None,
+                old: Some(&g.config),
+                new: &param,
+                delete: &[],
+                unprivileged,
+            },
+        )?;
+        check_digest(&g, ctx.params.get("digest"))?;
+        let target = resize_target(&cluster, &g, &disk, &size).map_err(ApiError::die)?;
+        if let Some((sid, _)) = storage::split_volid(&target.volid) {
+            cluster.acl.check(
+                ctx.authid(),
+                &format!("/storage/{sid}"),
+                &["Datastore.AllocateSpace"],
+                false,
+            )?;
+        }
+        if target.new < target.current {
+            return Err(ApiError::die("unable to shrink disk size"));
+        }
+        if target.new == target.current {
+            return Err(ApiError::die("disk is already at specified size"));
+        }
+    }
+    // The qemu worker runs PVE's update function at once: capture its checks now.
     let early = check_digest(&g, ctx.params.get("digest"))
         .and_then(|()| {
             if ctx.params.flag("skiplock").unwrap_or(false) {
@@ -555,27 +644,21 @@ pub(super) fn resize(ctx: &Ctx, kind: Kind) -> ApiResult {
             return Err(format!("guest {vmid} vanished"));
         };
         let dk = if kind == Kind::Qemu { "file" } else { "volume" };
-        let Some(value) = g.config.get(&disk).cloned() else {
-            return Err(format!("disk '{disk}' does not exist"));
-        };
-        if kind == Kind::Qemu && guest::is_cdrom(&value) {
-            return Err("you can't resize a cdrom".to_string());
-        }
-        let mut p = PropertyString::parse(&value, Some(dk));
-        let volid = p.get(dk).unwrap_or("").to_string();
-        let current = c
-            .volume(&g.node, &volid)
-            .map(|v| v.size)
-            .or_else(|| p.get("size").and_then(parse_size))
-            .unwrap_or(0);
-        let (grow, amount) = match size.strip_prefix('+') {
-            Some(rest) => (true, rest),
-            None => (false, size.as_str()),
-        };
-        let amount = parse_size(amount).ok_or_else(|| format!("invalid size '{size}'"))?;
-        let new = if grow { current + amount } else { amount };
+        let ResizeTarget {
+            volid,
+            current,
+            new,
+            value: mut p,
+        } = resize_target(c, g, &disk, &size)?;
         if new < current {
-            return Err("shrinking disks is not supported".to_string());
+            return Err(match kind {
+                Kind::Qemu => "shrinking disks is not supported",
+                Kind::Lxc => "unable to shrink disk size",
+            }
+            .to_string());
+        }
+        if kind == Kind::Lxc && new == current {
+            return Err("disk is already at specified size".to_string());
         }
         let node = g.node.clone();
         if let Some((sid, volname)) = storage::split_volid(&volid)

@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::config::{check_lxc_permissions, normalise_value};
+use super::config::normalise_value;
 use super::qemu::{CloneOptions, clone_config, release_file_lock};
-use super::{Ctx, disks};
+use super::{Ctx, disks, permission};
 use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
 use crate::guest::{self, Guest, Kind};
+use crate::property::PropertyString;
 use crate::storage;
 use crate::task::{self, TaskSpec, Work};
 
@@ -53,21 +54,72 @@ fn ostype_of(template: &str) -> &'static str {
     "unmanaged"
 }
 
+/// `POST /nodes/{node}/lxc`, with pve-container's checks in its order (src/PVE/API2/LXC.pm
+/// @ 94f5585, `create_vm`):
+///
+/// 1. `unprivileged` defaults to 1 on a create (`$unprivileged = 1 if
+///    !defined($unprivileged)`, commit 103068a, PVE 9.0); only a privileged result needs
+///    `Sys.Modify` on `/`;
+/// 2. `check_vmid_unused`: `CT/VM N already exists on node 'x'`, without the `unable to
+///    create CT N -` prefix (pve-cluster `check_vmid_unused`);
+/// 3. `check_pool_exist`: 403 `Permission check failed (pool 'x' does not exist)`;
+/// 4. `VM.Allocate` on the CT or its pool, else a bare `Permission check failed`;
+/// 5. `check_ct_modify_config_perm` of every config key;
+/// 6. `check_volume_access` of the template (`unable to use volume <v> - content type needs
+///    to be 'vztmpl'`);
+/// 7. per mount point (the default `<storage>:4` root disk too) the storage is enabled on the
+///    node, carries `rootdir` (400 `storage`: `storage 'x' does not support container
+///    directories`) and `Datastore.AllocateSpace` is held;
+///
+/// then `create_and_lock_config` and the `vzcreate` worker, which writes `unprivileged: 1`.
 pub(super) fn create(ctx: &Ctx) -> ApiResult {
     let node = ctx.node().to_string();
     let vmid = ctx.params.vmid("vmid")?;
     let ostemplate = ctx.params.required("ostemplate")?.to_string();
+    let authid = ctx.authid().to_string();
     let mut cluster = ctx.shared.cluster();
     cluster.node(&node)?;
+    let restore = ctx.params.flag("restore").unwrap_or(false);
+    let unprivileged = match ctx.params.flag("unprivileged") {
+        Some(u) => u,
+        None => !restore,
+    };
+    if !restore && !unprivileged {
+        cluster.acl.check(&authid, "/", &["Sys.Modify"], false)?;
+    }
     if let Some(existing) = cluster.guests.get(&vmid) {
         return Err(ApiError::die(format!(
-            "unable to create CT {vmid} - {} {vmid} already exists on node '{}'",
+            "{} {vmid} already exists on node '{}'",
             existing.kind.noun(),
             existing.node
         )));
     }
-    let restore = ctx.params.flag("restore").unwrap_or(false);
-    let Some((tsid, tname)) = storage::split_volid(&ostemplate) else {
+    let pool = ctx.params.get("pool").map(str::to_string);
+    if let Some(p) = &pool {
+        permission::check_pool_exist(&cluster, p)?;
+    }
+    permission::vm_allocate(&cluster.acl, &authid, vmid, pool.as_deref())?;
+    let storage_id = ctx.params.get("storage").unwrap_or("local").to_string();
+    let mut params: BTreeMap<String, String> = ctx
+        .params
+        .0
+        .iter()
+        .filter(|(k, _)| !CREATE_CONTROL.contains(&k.as_str()) && k.as_str() != "unprivileged")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    permission::ct_modify_config_perm(
+        &cluster,
+        &authid,
+        &permission::CtWrite {
+            vmid,
+            pool: pool.as_deref(),
+            old: None,
+            new: &params,
+            delete: &[],
+            unprivileged,
+        },
+    )?;
+    let Some((tsid, _)) = storage::split_volid(&ostemplate) else {
         return Err(ApiError::param(
             "ostemplate",
             format!("unable to parse volume ID '{ostemplate}'"),
@@ -75,35 +127,43 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
     };
     cluster.storage(&node, tsid)?;
     let wanted = if restore { "backup" } else { "vztmpl" };
-    if storage::parse_volname(tname)
-        .map(|p| p.content)
-        .ok()
-        .as_deref()
-        != Some(wanted)
-    {
-        return Err(ApiError::die(format!(
-            "volume '{ostemplate}' is not of type '{wanted}'"
-        )));
-    }
-    let pool = ctx.params.get("pool").map(str::to_string);
-    if let Some(p) = &pool
-        && !cluster.pools.contains_key(p)
-    {
-        return Err(ApiError::die(format!("pool '{p}' does not exist")));
-    }
-    let storage_id = ctx.params.get("storage").unwrap_or("local").to_string();
-    let mut params: BTreeMap<String, String> = ctx
-        .params
-        .0
-        .iter()
-        .filter(|(k, _)| !CREATE_CONTROL.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    permission::volume_access_typed(&cluster.acl, &authid, &ostemplate, Some(vmid), wanted)?;
     params
         .entry("rootfs".to_string())
         .or_insert_with(|| format!("{storage_id}:4"));
-    let unprivileged = params.get("unprivileged").is_some_and(|v| v == "1");
-    check_lxc_permissions(&cluster, ctx, &node, unprivileged, &params)?;
+    for (key, value) in params.iter().filter(|(k, _)| guest::is_lxc_volume_key(k)) {
+        if key.starts_with("unused") {
+            continue;
+        }
+        let volume = PropertyString::parse(value, Some("volume"));
+        let volume = volume.get("volume").unwrap_or_default();
+        if volume.starts_with('/') {
+            if authid != "root@pam" {
+                return Err(ApiError::die(
+                    "Only root can pass arbitrary filesystem paths.",
+                ));
+            }
+            continue;
+        }
+        // A bare size takes the `storage` parameter (`"$storage:$value"`).
+        let sid = storage::split_volid(volume).map_or(storage_id.as_str(), |(s, _)| s);
+        let def = cluster.storage(&node, sid)?;
+        if !def.has_content("rootdir") {
+            return Err(ApiError::param(
+                "storage",
+                format!("storage '{sid}' does not support container directories"),
+            ));
+        }
+        cluster.acl.check(
+            &authid,
+            &format!("/storage/{sid}"),
+            &["Datastore.AllocateSpace"],
+            false,
+        )?;
+    }
+    if unprivileged {
+        params.insert("unprivileged".to_string(), "1".to_string());
+    }
     let start = ctx.params.flag("start").unwrap_or(false);
     let mut placeholder = Guest::new(vmid, Kind::Lxc, &node);
     placeholder

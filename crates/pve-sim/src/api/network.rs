@@ -27,8 +27,8 @@ pub(super) fn index(ctx: &Ctx) -> ApiResult {
         .position(|n| n == &node.name)
         .unwrap_or(0);
     let authid = ctx.authid();
-    // Without Sys.Audit or Sys.Modify on the node a caller sees only the bridges it may use
-    // or audit (an assumption, see GAPS.md).
+    // Without Sys.Audit or Sys.Modify on the node the simulator hides the physical port (an
+    // assumption: the filtering of other interface types was not read).
     let sees_all = cluster.acl.holds(
         authid,
         &format!("/nodes/{}", node.name),
@@ -50,13 +50,19 @@ pub(super) fn index(ctx: &Ctx) -> ApiResult {
         }));
     }
     for (i, bridge) in node.bridges.iter().enumerate() {
-        let usable = sees_all
-            || cluster.acl.holds(
-                authid,
-                &format!("/sdn/zones/localnetwork/{bridge}"),
-                &["SDN.Use", "SDN.Audit"],
-                true,
-            );
+        // "always check bridge access": a bridge is listed only to callers holding SDN.Audit
+        // or SDN.Use on it or on one of its VLANs, whatever they hold on the node
+        // (pve-manager PVE/API2/Network.pm @ 14a22df, `index`'s `$can_access_vnet`;
+        // pve-access-control src/PVE/RPCEnvironment.pm @ 5ccd07d, `check_sdn_bridge`).
+        let path = format!("/sdn/zones/localnetwork/{bridge}");
+        let privs = ["SDN.Audit", "SDN.Use"];
+        let usable = authid == "root@pam"
+            || cluster.acl.holds(authid, &path, &privs, true)
+            || cluster
+                .acl
+                .children_of(&path)
+                .iter()
+                .any(|vlan| cluster.acl.holds(authid, vlan, &privs, true));
         if !usable || !matches(filter, "bridge") {
             continue;
         }

@@ -53,6 +53,30 @@ fn default_boot(config: &BTreeMap<String, String>) -> Option<String> {
     (!order.is_empty()).then(|| format!("order={}", order.join(";")))
 }
 
+/// The worker's tag check (qemu-server src/PVE/API2/Qemu.pm @ e6352be, `create_vm`: after
+/// the disks are allocated, `assert_tag_permissions`); on a refusal the new volumes are
+/// freed and the task fails `unable to create VM N - Permission check failed (...)`.
+fn create_tags(
+    c: &mut Cluster,
+    node: &str,
+    vmid: u32,
+    user: &str,
+    config: BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, String> {
+    let Some(tags) = config.get("tags") else {
+        return Ok(config);
+    };
+    if let Err(e) = super::permission::qemu_create_tags(c, user, vmid, tags) {
+        let mut g = Guest::new(vmid, Kind::Qemu, node);
+        g.config = config;
+        for volid in disks::owned_volumes(&g) {
+            c.free_volume(node, &volid);
+        }
+        return Err(format!("unable to create VM {vmid} - {e}"));
+    }
+    Ok(config)
+}
+
 pub(super) fn create(ctx: &Ctx) -> ApiResult {
     let node = ctx.node().to_string();
     let vmid = ctx.params.vmid("vmid")?;
@@ -99,7 +123,9 @@ pub(super) fn create(ctx: &Ctx) -> ApiResult {
     let shared = std::sync::Arc::clone(&ctx.shared);
     let user = ctx.authid().to_string();
     let work: Work = Box::new(move |c, log, injected| {
-        let result = injected.map_or_else(|| build_vm(c, &work_node, vmid, &params), Err);
+        let result = injected
+            .map_or_else(|| build_vm(c, &work_node, vmid, &params), Err)
+            .and_then(|config| create_tags(c, &work_node, vmid, &user, config));
         match result {
             Ok(config) => {
                 if let Some(g) = c.guests.get_mut(&vmid) {

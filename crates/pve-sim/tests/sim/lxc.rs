@@ -137,7 +137,7 @@ async fn lxc_bind_mounts_are_refused_to_api_tokens() {
     assert_eq!(r.status, 403);
     assert_eq!(
         r.message(),
-        "mount point type bind is only allowed for root@pam\n"
+        "Permission check failed (mount point type bind is only allowed for root@pam)\n"
     );
 }
 
@@ -151,7 +151,8 @@ async fn lxc_features_other_than_nesting_are_root_only() {
     assert_eq!(r.status, 403);
     assert_eq!(
         r.message(),
-        "changing feature flags (except nesting) is only allowed for root@pam\n"
+        "Permission check failed (changing feature flags (except nesting) is only allowed \
+         for root@pam)\n"
     );
 }
 
@@ -305,4 +306,139 @@ async fn lxc_descriptions_come_back_with_a_trailing_newline() {
     let s = with_template().await;
     create_ct(&s, "200", &[("description", "web server")]).await;
     assert_eq!(ct_config(&s, "200").await["description"], "web server\n");
+}
+
+#[tokio::test]
+async fn an_lxc_created_without_unprivileged_is_unprivileged_as_on_pve_9() {
+    use crate::permission::{TEMPLATE, all_but, token_sim};
+    // A token without Sys.Modify on `/` creates a container without `unprivileged`.
+    let s = token_sim(&all_but(&[]), &[], Default::default()).await;
+    let r = s
+        .post(
+            "/nodes/pve1/lxc",
+            &[
+                ("vmid", "200"),
+                ("ostemplate", TEMPLATE),
+                ("rootfs", "local-lvm:8"),
+                ("features", "nesting=1"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    s.wait_ok(&r.upid()).await;
+    let cfg = s.get("/nodes/pve1/lxc/200/config").await;
+    assert_eq!(cfg.data()["unprivileged"], 1, "{cfg:?}");
+    assert_eq!(cfg.data()["features"], "nesting=1");
+    // Only an explicitly privileged container needs Sys.Modify on `/`, checked first.
+    let r = s
+        .post(
+            "/nodes/pve1/lxc",
+            &[
+                ("vmid", "200"),
+                ("ostemplate", TEMPLATE),
+                ("unprivileged", "0"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.message(), "Permission check failed (/, Sys.Modify)\n");
+}
+
+#[tokio::test]
+async fn a_locked_container_with_a_stale_digest_answers_locked_not_modified() {
+    let mut seed = proxops_pve_sim::Seed::default();
+    seed.guests.push(proxops_pve_sim::GuestSeed {
+        vmid: 300,
+        kind: "lxc".into(),
+        node: "pve1".into(),
+        config: [
+            ("hostname", "ct300"),
+            ("lock", "backup"),
+            ("unprivileged", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+        running: false,
+    });
+    let s = crate::sim_with(proxops_pve_sim::SimConfig {
+        seed,
+        tls: false,
+        task_duration: crate::TASK,
+        ..Default::default()
+    })
+    .await;
+    let r = s
+        .put(
+            "/nodes/pve1/lxc/300/config",
+            &[
+                ("memory", "1024"),
+                ("digest", "0000000000000000000000000000000000000000"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    // pve-container's `update_vm`: check_lock, then assert_if_modified.
+    assert_eq!(r.message(), "CT 300 is locked (backup)\n");
+}
+
+#[tokio::test]
+async fn lxc_resize_refuses_shrinking_and_an_unchanged_size_before_forking() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    for (size, text) in [
+        ("8G", "disk is already at specified size\n"),
+        ("4G", "unable to shrink disk size\n"),
+    ] {
+        let r = s
+            .put(
+                "/nodes/pve1/lxc/200/resize",
+                &[("disk", "rootfs"), ("size", size)],
+            )
+            .await;
+        assert_eq!(r.status, 500, "{size}: {r:?}");
+        assert_eq!(r.message(), text);
+    }
+    assert!(
+        s.get("/nodes/pve1/tasks")
+            .await
+            .data()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["type"] != "resize"),
+        "no resize task was started"
+    );
+}
+
+#[tokio::test]
+async fn lxc_duplicate_vmid_is_refused_without_the_create_prefix() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let r = s
+        .post(
+            "/nodes/pve2/lxc",
+            &[("vmid", "200"), ("ostemplate", TEMPLATE)],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "CT 200 already exists on node 'pve1'\n");
+}
+
+#[tokio::test]
+async fn starting_a_ct_template_fails_in_the_task_and_rebooting_a_stopped_ct_says_vm() {
+    let s = with_template().await;
+    create_ct(&s, "200", &[]).await;
+    let r = s.post("/nodes/pve1/lxc/200/status/reboot", &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "VM 200 not running\n");
+    let r = s.post("/nodes/pve1/lxc/200/template", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    s.wait_idle("pve1").await;
+    let upid = s.post("/nodes/pve1/lxc/200/status/start", &[]).await.upid();
+    let status = s.wait(&upid).await;
+    assert_eq!(
+        status["exitstatus"],
+        "you can't start a CT if it's a template"
+    );
 }

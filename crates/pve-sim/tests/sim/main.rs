@@ -11,6 +11,7 @@ mod cluster;
 mod download;
 mod faults;
 mod lxc;
+mod permission;
 mod qemu;
 mod storage;
 mod tasks;
