@@ -13,8 +13,14 @@
 //! (user `git`), an ssh key becomes an in-memory `core.sshCommand`. What still comes from the
 //! host: for `file://` gix spawns `git-upload-pack`, and for `ssh://` it spawns `ssh`; those
 //! programs inherit the process environment and read their own configuration (the upload-pack
-//! side of a local transfer sees the user's git config, `ssh` reads `~/.ssh/config` and
-//! `known_hosts`). That is the server side of the transfer, as it would be on any forge.
+//! side of a local transfer sees the user's git config, `ssh` reads `~/.ssh/config`; host keys
+//! come only from `[source] known_hosts_file`, strictly checked). That is the server side of
+//! the transfer, as it would be on any forge.
+//!
+//! Bounded: the mirror is shallow (the tip at first, then the commits since the last fetched
+//! one), the https token goes only to the configured host and no redirect is followed, and the
+//! manifest files of a commit are sized from their object headers against the revision budget
+//! before any is read (SECURITY-AUDIT.md H3, M1, M2).
 //! One exception on the client side: gix's `git://` transport reads `GIT_OVERRIDE_VIRTUAL_HOST`
 //! from the process environment whatever the options say.
 //!
