@@ -257,6 +257,7 @@ async fn agent_passes() {
         poll: Poll::Every(Duration::from_secs(60)),
         token: None,
         ssh_key_file: None,
+        known_hosts_file: None,
     };
     let state_dir = dir.path().join("state");
     std::fs::create_dir_all(&state_dir).unwrap();

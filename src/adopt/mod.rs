@@ -127,10 +127,11 @@ pub fn write(out: &Path, adoption: &Adoption) -> Result<usize, AdoptError> {
         let folder = real_folders(out, Path::new(rel)).map_err(io)?;
         match std::fs::symlink_metadata(&path) {
             Ok(meta) if meta.file_type().is_symlink() => return Err(io(is_a_link(&path))),
-            Ok(meta) if meta.is_file() => {
-                if std::fs::read_to_string(&path).is_ok_and(|old| old == *contents) {
-                    continue;
-                }
+            Ok(meta)
+                if meta.is_file()
+                    && std::fs::read_to_string(&path).is_ok_and(|old| old == *contents) =>
+            {
+                continue;
             }
             _ => {}
         }
@@ -258,7 +259,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            format!("{:?}", err).contains("is a symbolic link; adopt never writes through links"),
+            format!("{err:?}").contains("is a symbolic link; adopt never writes through links"),
             "{err:?}"
         );
         assert!(!outside.path().join("web.yaml").exists());

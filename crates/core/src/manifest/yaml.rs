@@ -411,20 +411,20 @@ pub(crate) fn for_each_document(
         } else {
             meter.flush(usize::from(non_empty && !ended))
         };
-        if let Err(exceeded) = counted {
-            if !matches!(outcome, Outcome::Stopped(_)) {
-                let at = match exceeded {
-                    Exceeded::FileDocuments | Exceeded::Revision("documents") => {
-                        first_at.unwrap_or(last_at)
-                    }
-                    _ => last_at,
-                };
-                stop(
-                    exceeded_problem(path, at, &exceeded, budget.limits),
-                    &mut each,
-                );
-                return;
-            }
+        if let Err(exceeded) = counted
+            && !matches!(outcome, Outcome::Stopped(_))
+        {
+            let at = match exceeded {
+                Exceeded::FileDocuments | Exceeded::Revision("documents") => {
+                    first_at.unwrap_or(last_at)
+                }
+                _ => last_at,
+            };
+            stop(
+                exceeded_problem(path, at, &exceeded, budget.limits),
+                &mut each,
+            );
+            return;
         }
         match outcome {
             Outcome::Document => {
