@@ -24,5 +24,6 @@ mod reliability;
 mod secrets_never_leak;
 mod sim;
 mod sops;
+mod stats_lag;
 mod support;
 mod tls;

@@ -58,4 +58,7 @@ pub use seed::{
     AclSeed, GroupSeed, GuestSeed, NodeSeed, RoleSeed, Seed, SeedError, StorageSeed, TokenSeed,
     UserSeed, VolumeSeed,
 };
-pub use server::{DEFAULT_LOCK_TIMEOUT, DEFAULT_TASK_DURATION, RunningSim, SimConfig, start};
+pub use server::{
+    DEFAULT_LOCK_TIMEOUT, DEFAULT_STATS_INTERVAL, DEFAULT_TASK_DURATION, RunningSim, SimConfig,
+    start,
+};
