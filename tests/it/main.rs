@@ -16,6 +16,7 @@ mod git_server;
 mod guard_rails;
 mod guests;
 mod hostile;
+mod hotplug;
 mod migrate;
 mod one_iso;
 mod pve_api;
