@@ -156,7 +156,12 @@ pub fn compare(
             Rule::SealedPassword(_) if context.clone_backed => {
                 diff.write(guest_type, key, owned.value.clone(), in_effect);
             }
-            rule if matches(rule, &owned.value, observed) => {}
+            // A key PVE leaves out of the config is in effect at its documented default.
+            rule if matches(
+                rule,
+                &owned.value,
+                observed.or_else(|| absent_default(guest_type, key)),
+            ) => {}
             // A CD-ROM written over a live disk would detach the disk.
             _ if guest_type == GuestType::Qemu
                 && is_disk_key(key)
@@ -241,6 +246,22 @@ fn holds_volume(raw: &str) -> bool {
         || file == "none"
         || p.get("media") == Some("cdrom")
         || file.contains(":iso/"))
+}
+
+/// The value PVE runs a guest with when its config has no `key` (the schema's `default`),
+/// for the keys `qm create`/`pct create` leave out when not given: qemu `memory` 512
+/// (qemu-server `src/PVE/QemuServer/Memory.pm` `current`, `default => 512` in the 9.1 API
+/// schema), `cores` and `sockets` 1, `cpu` `kvm64` (`src/PVE/QemuServer/CPUConfig.pm`
+/// `cputype`, `default => 'kvm64'`); LXC `memory` and `swap` 512 (pve-container
+/// `src/PVE/LXC/Config.pm` `$confdesc`). An LXC without `cores` may use every host core:
+/// no default to compare with.
+fn absent_default(guest_type: GuestType, key: &str) -> Option<&'static str> {
+    match (guest_type, key) {
+        (GuestType::Qemu, "memory") | (GuestType::Lxc, "memory" | "swap") => Some("512"),
+        (GuestType::Qemu, "cores" | "sockets") => Some("1"),
+        (GuestType::Qemu, "cpu") => Some("kvm64"),
+        _ => None,
+    }
 }
 
 /// Whether PVE holds a write of `key` = `value` in `[PENDING]` on a running guest, to apply
@@ -1778,6 +1799,39 @@ mod tests {
         assert!(
             !held(&off, "net0", "virtio=BC:24:11:00:00:01,bridge=vmbr1"),
             "a bridge change is live"
+        );
+    }
+
+    #[test]
+    fn a_vm_pve_created_without_memory_cores_or_cpu_matches_a_manifest_of_pves_defaults() {
+        let r = rendered(
+            &doc(
+                "VM",
+                "web",
+                "  node: pve1\n  vmid: 100\n  memory: 512MiB\n  cpu: {type: kvm64, cores: 1}\n  disks: [{storage: local-lvm, size: 8GiB}]\n",
+            ),
+            &artifacts(),
+        );
+        let live = [
+            ("name", "web"),
+            ("tags", "proxops"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+        ];
+        let diff = compare_qemu(&r, &live);
+        assert!(diff.set.is_empty(), "{diff:#?}");
+        // Any other value is still written.
+        let r = rendered(
+            &doc(
+                "VM",
+                "web",
+                "  node: pve1\n  vmid: 100\n  memory: 1GiB\n  cpu: {type: host, cores: 2}\n  disks: [{storage: local-lvm, size: 8GiB}]\n",
+            ),
+            &artifacts(),
+        );
+        let diff = compare_qemu(&r, &live);
+        assert_eq!(
+            diff.set.keys().collect::<Vec<_>>(),
+            ["cores", "cpu", "memory"]
         );
     }
 
