@@ -27,7 +27,7 @@ use proxops::agent::retry::Verdict;
 use proxops::agent::status::LiveStatus;
 use proxops::config::{NodeScope, Poll, SourceConfig};
 use proxops::execute::{self, Progress};
-use proxops::http::metrics::Metrics;
+use proxops::metrics::Metrics;
 use proxops::reconcile::{self, Context, Mode, NoHooks, PlanOptions};
 use proxops::source::git::GitSource;
 use proxops_pve::{ClientConfig, PveClient, RetryPolicy, Timeouts, Trust, WaitOptions};

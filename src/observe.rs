@@ -24,6 +24,8 @@ use proxops_pve::{ContentType, PveClient, ResourceType, request};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::error_chain::error_text;
+
 /// Guest config reads in flight at once.
 const CONFIG_READS: usize = 16;
 
@@ -286,16 +288,4 @@ async fn list(pve: &PveClient, node: &str, storage: &str, content: &str) -> List
             Listing::Failed(reason)
         }
     }
-}
-
-/// An error with its causes on one line (the client's errors never contain the token).
-pub fn error_text(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -9,7 +9,8 @@
 //! - [`status`]: the live view shared with the HTTP API.
 //! - [`notify`]: readiness, reload and stop notifications to systemd (`Type=notify`).
 //!
-//! The loop starts with a pass at once (the Go program waited one interval), re-attaches
+//! The agent as a process, with its HTTP surface, is `crate::serve`; this module knows
+//! nothing of HTTP. The loop starts with a pass at once (the Go program waited one interval), re-attaches
 //! first to PVE tasks a previous run started but never saw finish, and then waits for the
 //! next trigger. Webhook nudges go through a channel of capacity one: while a pass runs,
 //! any number of deliveries coalesce into exactly one more pass.
@@ -34,12 +35,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{AgentConfig, NodeScope};
-use crate::http::metrics::Metrics;
-use crate::http::{self, HttpState};
-use crate::observe::error_text;
+use crate::error_chain::error_text;
+use crate::metrics::Metrics;
 use crate::reconcile::{Context, PlanOptions};
 use crate::source::git::GitSource;
-use crate::webhook::{Nudge, WebhookState};
+use crate::webhook::Nudge;
 use pass::PassDeps;
 use retry::Backoff;
 use schedule::Schedule;
@@ -83,16 +83,6 @@ pub fn database_path(state_dir: &Path) -> PathBuf {
 /// `[http] listen` has port 0 (any free port).
 pub fn http_addr_path(state_dir: &Path) -> PathBuf {
     state_dir.join("http.addr")
-}
-
-/// Writes `addr` to [`http_addr_path`] atomically (a temporary file renamed over it), so a
-/// reader sees the previous address or the new one, never a partial line.
-fn write_http_addr(state_dir: &Path, addr: SocketAddr) -> Result<(), AgentError> {
-    let path = http_addr_path(state_dir);
-    let temporary = state_dir.join("http.addr.tmp");
-    std::fs::write(&temporary, format!("{addr}\n"))
-        .and_then(|()| std::fs::rename(&temporary, &path))
-        .map_err(|e| AgentError::HttpAddr(path, e))
 }
 
 /// The node label passes are recorded under.
@@ -152,140 +142,146 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
     })
 }
 
-/// Runs the agent until `shutdown` fires (SIGTERM/SIGINT in the binary). `reload` fires on
-/// SIGHUP: the config is read again and used from the next pass on.
-///
-/// # Errors
-/// Start-up failures; once running, pass failures are recorded, not returned.
-pub async fn run(
-    config_path: &Path,
-    shutdown: CancellationToken,
-    mut reload: mpsc::Receiver<()>,
-) -> Result<(), AgentError> {
-    let config = AgentConfig::load(config_path)?;
-    let store = Store::open(&database_path(&config.state_dir)).map_err(AgentError::Store)?;
-    let store: SharedStore = Arc::new(Mutex::new(store));
-    {
-        let mut guard = store
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Ok(recovered) = guard.recover_unfinished(SystemTime::now())
-            && !recovered.is_empty()
+/// A started agent: its store open (passes a previous run left unfinished recorded as
+/// interrupted) and its first configuration built; [`Agent::run`] runs the loop.
+pub struct Agent {
+    config_path: PathBuf,
+    kept: Kept,
+    running: Running,
+    nudges: mpsc::Receiver<Nudge>,
+}
+
+/// What the agent shares with its HTTP surface (status API, metrics, webhooks).
+pub struct Shared {
+    /// The state database.
+    pub store: SharedStore,
+    /// The live status.
+    pub live: Arc<status::LiveStatus>,
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// The PVE client of the first configuration (its request counters).
+    pub pve: PveClient,
+    /// The node label passes are recorded under.
+    pub node_label: String,
+    /// Where webhook deliveries nudge the loop (capacity one: deliveries during a pass
+    /// coalesce into one more pass).
+    pub nudges: mpsc::Sender<Nudge>,
+}
+
+impl Agent {
+    /// Opens the store and builds what the first pass needs from `config` (read from
+    /// `config_path`, which a reload reads again).
+    ///
+    /// # Errors
+    /// The store cannot be opened, or the configuration cannot be built (no source, a bad
+    /// schedule, no PVE client).
+    pub fn start(config_path: &Path, config: &AgentConfig) -> Result<(Self, Shared), AgentError> {
+        let store = Store::open(&database_path(&config.state_dir)).map_err(AgentError::Store)?;
+        let store: SharedStore = Arc::new(Mutex::new(store));
         {
-            tracing::warn!(
-                passes = recovered.len(),
-                "passes left unfinished by the last run are recorded as interrupted"
-            );
-        }
-    }
-    let live = Arc::new(status::LiveStatus::default());
-    let interrupt = Arc::new(AtomicBool::new(false));
-    let metrics = Arc::new(Metrics::default());
-    let kept = Kept {
-        store: store.clone(),
-        live: live.clone(),
-        interrupt: interrupt.clone(),
-        metrics: metrics.clone(),
-        breaker: Arc::new(Mutex::new(breaker::Breaker::new(
-            config.policy.write_breaker_threshold,
-            config.policy.write_breaker_cool_down,
-        ))),
-    };
-    let mut running = build(&config, config_path, kept.clone())?;
-
-    let (nudge_tx, mut nudge_rx) = mpsc::channel::<Nudge>(1);
-    let webhook = config.webhook.as_ref().map(|w| {
-        let branch = config
-            .source
-            .as_ref()
-            .map_or_else(|| "main".to_owned(), |s| s.branch.clone());
-        WebhookState::new(w.secret.clone(), branch, nudge_tx.clone())
-    });
-    let http_state = HttpState {
-        live: live.clone(),
-        store: store.clone(),
-        metrics: metrics.clone(),
-        pve: running.deps.context.pve.clone(),
-        webhook_metrics: webhook.as_ref().map(|w| w.metrics.clone()),
-        node_label: running.deps.node_label.clone(),
-    };
-    // `listen` may have port 0: what counts from here on is the address actually bound.
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| AgentError::Listen(config.listen, e))?;
-    let listen = listener
-        .local_addr()
-        .map_err(|e| AgentError::Listen(config.listen, e))?;
-    write_http_addr(&config.state_dir, listen)?;
-    tracing::info!(%listen, node = %running.deps.node_label, "agent started");
-    let server_shutdown = shutdown.clone();
-    let server = tokio::spawn(async move {
-        let app = http::router(http_state, webhook);
-        if let Err(error) = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-            .await
-        {
-            tracing::error!(%error, "HTTP server stopped");
-        }
-    });
-    let interrupt_on_shutdown = {
-        let shutdown = shutdown.clone();
-        let interrupt = interrupt.clone();
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            notify::stopping();
-            interrupt.store(true, Ordering::SeqCst);
-        })
-    };
-
-    // Ready before re-attaching: waiting for a previous run's tasks may outlast systemd's
-    // start timeout, and the status API already answers.
-    notify::ready(listen);
-    reattach(&running.deps, &shutdown).await;
-
-    let mut backoff = Backoff::default();
-    let mut trigger = Trigger::Startup;
-    loop {
-        let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
-        if let Some(last) = live.last() {
-            metrics.pass(&last.outcome);
-        }
-        if shutdown.is_cancelled() {
-            break;
-        }
-        let scheduled = running
-            .schedule
-            .next_delay(chrono::Utc::now(), rand::random::<f64>());
-        let delay = backoff.next_delay(verdict, rand::random::<f64>(), scheduled);
-        let delay = until_probe(&kept.breaker).map_or(delay, |probe| delay.min(probe));
-        trigger = tokio::select! {
-            () = shutdown.cancelled() => break,
-            nudge = nudge_rx.recv() => match nudge {
-                Some(_) => Trigger::Webhook,
-                None => Trigger::Poll,
-            },
-            () = tokio::time::sleep(delay) => Trigger::Poll,
-            Some(()) = reload.recv() => {
-                notify::reloading();
-                match AgentConfig::load(config_path) {
-                    Ok(config) => match build(&config, config_path, kept.clone()) {
-                        Ok(rebuilt) => {
-                            tracing::info!("configuration reloaded");
-                            running = rebuilt;
-                        }
-                        Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
-                    },
-                    Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
-                }
-                notify::reloaded();
-                Trigger::Signal
+            let mut guard = store
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Ok(recovered) = guard.recover_unfinished(SystemTime::now())
+                && !recovered.is_empty()
+            {
+                tracing::warn!(
+                    passes = recovered.len(),
+                    "passes left unfinished by the last run are recorded as interrupted"
+                );
             }
+        }
+        let kept = Kept {
+            store: store.clone(),
+            live: Arc::new(status::LiveStatus::default()),
+            interrupt: Arc::new(AtomicBool::new(false)),
+            metrics: Arc::new(Metrics::default()),
+            breaker: Arc::new(Mutex::new(breaker::Breaker::new(
+                config.policy.write_breaker_threshold,
+                config.policy.write_breaker_cool_down,
+            ))),
         };
+        let running = build(config, config_path, kept.clone())?;
+        let (nudge_tx, nudges) = mpsc::channel::<Nudge>(1);
+        let shared = Shared {
+            store,
+            live: kept.live.clone(),
+            metrics: kept.metrics.clone(),
+            pve: running.deps.context.pve.clone(),
+            node_label: running.deps.node_label.clone(),
+            nudges: nudge_tx,
+        };
+        let agent = Self {
+            config_path: config_path.to_path_buf(),
+            kept,
+            running,
+            nudges,
+        };
+        Ok((agent, shared))
     }
-    tracing::info!("agent stopping");
-    let _ = server.await;
-    interrupt_on_shutdown.abort();
-    Ok(())
+
+    /// Runs the loop until `shutdown` fires (SIGTERM/SIGINT in the binary): re-attaches to
+    /// the tasks a previous run left running, then one pass per trigger. `reload` fires on
+    /// SIGHUP: the config is read again and used from the next pass on.
+    pub async fn run(self, shutdown: CancellationToken, mut reload: mpsc::Receiver<()>) {
+        let Self {
+            config_path,
+            kept,
+            mut running,
+            mut nudges,
+        } = self;
+        let interrupt_on_shutdown = {
+            let shutdown = shutdown.clone();
+            let interrupt = kept.interrupt.clone();
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                notify::stopping();
+                interrupt.store(true, Ordering::SeqCst);
+            })
+        };
+        reattach(&running.deps, &shutdown).await;
+
+        let mut backoff = Backoff::default();
+        let mut trigger = Trigger::Startup;
+        loop {
+            let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
+            if let Some(last) = kept.live.last() {
+                kept.metrics.pass(&last.outcome);
+            }
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let scheduled = running
+                .schedule
+                .next_delay(chrono::Utc::now(), rand::random::<f64>());
+            let delay = backoff.next_delay(verdict, rand::random::<f64>(), scheduled);
+            let delay = until_probe(&kept.breaker).map_or(delay, |probe| delay.min(probe));
+            trigger = tokio::select! {
+                () = shutdown.cancelled() => break,
+                nudge = nudges.recv() => match nudge {
+                    Some(_) => Trigger::Webhook,
+                    None => Trigger::Poll,
+                },
+                () = tokio::time::sleep(delay) => Trigger::Poll,
+                Some(()) = reload.recv() => {
+                    notify::reloading();
+                    match AgentConfig::load(&config_path) {
+                        Ok(config) => match build(&config, &config_path, kept.clone()) {
+                            Ok(rebuilt) => {
+                                tracing::info!("configuration reloaded");
+                                running = rebuilt;
+                            }
+                            Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
+                        },
+                        Err(error) => tracing::error!(error = %error_text(&error), "reload failed; keeping the previous configuration"),
+                    }
+                    notify::reloaded();
+                    Trigger::Signal
+                }
+            };
+        }
+        interrupt_on_shutdown.abort();
+    }
 }
 
 /// How long until an open write circuit breaker allows its probe: the loop looks again then

@@ -2,7 +2,7 @@
 //! observe and plan, gate and execute through the one pipeline (`reconcile_once`, with the
 //! agent's hooks), then record. Actions are written to the store as they happen (each UPID
 //! before its wait), so a crash leaves an honest record and a restarted agent can re-attach
-//! to the PVE tasks it started; the end of a pass is written in one place, [`record`].
+//! to the PVE tasks it started; the end of a pass is written in one place, `record`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicBool;
@@ -24,9 +24,9 @@ use crate::agent::breaker::{Breaker, Permit};
 use crate::agent::gate;
 use crate::agent::retry::{PassEnd, Verdict};
 use crate::agent::status::{self, BreakerView, LastPass, LiveStatus};
+use crate::error_chain::error_text;
 use crate::execute::{ApplyReport, Event, LevelGate, Outcome, Progress};
-use crate::http::metrics::Metrics;
-use crate::observe::error_text;
+use crate::metrics::Metrics;
 use crate::reconcile::{self, Approval, Context, Hooks, Mode, PlanOptions, ReconcileError};
 use crate::source::git::{GitSource, Revision};
 use crate::timefmt::rfc3339;
@@ -223,7 +223,7 @@ impl Ended {
 }
 
 /// Runs one pass and records it: fetch → validate → observe and plan → gate and execute
-/// (the last three are [`reconcile::reconcile_once`] with the agent's [`AgentHooks`]) →
+/// (the last three are [`reconcile::reconcile_once`] with the agent's `AgentHooks`) →
 /// record. Returns how the loop should carry on.
 pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationToken) -> Verdict {
     let started = SystemTime::now();
@@ -304,7 +304,6 @@ async fn reconcile(
         cancel,
     )
     .await;
-    let gated = hooks.gated;
     let done = match result {
         Ok(done) => done,
         Err(error) => {
@@ -327,6 +326,19 @@ async fn reconcile(
             };
         }
     };
+    let gated = hooks.gated;
+    ran(deps, commit, &done, gated, cancel)
+}
+
+/// How a pass that planned ended: aborted before any write, interrupted, or ran (what
+/// failed, in which classes, and what the breaker held back).
+fn ran(
+    deps: &PassDeps,
+    commit: String,
+    done: &reconcile::Pass,
+    gated: Option<GateSummary>,
+    cancel: &CancellationToken,
+) -> Ended {
     let plan = &done.plan;
     let findings = plan.findings.len();
     if let Some(reason) = &plan.aborted {

@@ -137,11 +137,16 @@ mod tests {
 
     #[test]
     fn each_way_a_pass_ends_has_one_verdict() {
-        use FailureClass::{Lock, Refused, TaskFailed, Transient as Net};
+        use FailureClass::{Lock, Refused, TaskFailed, Transient as Net, Unknown};
         let table: &[(&str, PassEnd, Verdict)] = &[
             ("applied, or nothing to do", ran(&[]), Verdict::Ok),
             ("a 503 on a write", ran(&[Net]), Verdict::Transient),
             ("a lock that stayed busy", ran(&[Lock]), Verdict::Transient),
+            (
+                "a write whose answer was lost and whose outcome is unknown",
+                ran(&[Unknown]),
+                Verdict::Transient,
+            ),
             ("a 403 on a write", ran(&[Refused]), Verdict::Stalled),
             ("a task that failed", ran(&[TaskFailed]), Verdict::Stalled),
             (

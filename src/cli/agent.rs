@@ -31,7 +31,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
     let shutdown = CancellationToken::new();
     let (reload_tx, reload_rx) = mpsc::channel(1);
 
-    let agent = crate::agent::run(&args.config, shutdown.clone(), reload_rx);
+    let agent = crate::serve::run(&args.config, shutdown.clone(), reload_rx);
     tokio::pin!(agent);
     let mut stopping = false;
     loop {

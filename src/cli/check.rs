@@ -84,7 +84,7 @@ struct CheckHooks {
 
 impl Hooks for CheckHooks {
     fn secrets_failed(&mut self, error: &ResolveError) -> bool {
-        self.secrets_error = Some(crate::observe::error_text(error));
+        self.secrets_error = Some(crate::error_chain::error_text(error));
         true
     }
 }

@@ -5,7 +5,7 @@
 //! generated stand-ins for the artifacts of `examples/` (whose URLs point to the internet; the
 //! demo's copy points them at this server), a git repository made from `examples/`, and an
 //! agent.toml in a temporary directory. Then it runs the real agent loop
-//! ([`crate::agent::run`], the code path of `proxops agent`) and shows: the plan of the first
+//! ([`crate::serve::run`], the code path of `proxops agent`) and shows: the plan of the first
 //! pass (computed by the same `reconcile` functions the pass uses), the pass's progress and
 //! record (read from the agent's store as it writes it), an out-of-band change made through
 //! PVE's API (a downloaded ISO deleted; a VM's memory changed when this build manages guests),
@@ -260,7 +260,7 @@ async fn with_files(
     let agent = tokio::spawn({
         let shutdown = shutdown.clone();
         let config_path = config_path.clone();
-        async move { crate::agent::run(&config_path, shutdown, reload_rx).await }
+        async move { crate::serve::run(&config_path, shutdown, reload_rx).await }
     });
     let mut demo = Demo {
         http: reqwest::Client::builder()

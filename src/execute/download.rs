@@ -1,15 +1,23 @@
 //! The download action: `POST .../download-url`, then wait for PVE's `download` task.
-
-use std::time::Duration;
+//!
+//! A refusal fails the action; nothing is resent. download-url takes no lock at all
+//! (pve-storage 0c56bad `src/PVE/API2/Storage/Status.pm` `download_url` forks its worker
+//! without `lock_storage`/`cluster_lock_storage`), so it never answers `can't lock file`
+//! and there is no lock to wait for (SOURCE-AUDIT M19; GAPS 8 assumed one).
+//!
+//! When the answer is lost (a 596, a timeout: [`proxops_pve::PveError::is_unknown_outcome`])
+//! the executor asks PVE: the `download` task this token started for the file since the
+//! action began (its id is the file name), else the storage's listing (the file is there:
+//! PVE downloaded it); when PVE shows neither the action fails as `unknown`.
 
 use proxops_core::plan::{Action, Download};
 use proxops_pve::{
-    ChecksumAlgorithm, ContentType, DownloadUrl, PveClient, TaskError, wait_for_task,
+    ChecksumAlgorithm, ContentType, DownloadUrl, PveClient, TaskError, Upid, wait_for_task,
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::error_chain::error_text;
 use crate::execute::{Event, FailureClass, Options, Outcome, Progress};
-use crate::observe::error_text;
 
 pub(super) async fn run(
     pve: &PveClient,
@@ -29,30 +37,36 @@ pub(super) async fn run(
             };
         }
     };
-    let started = tokio::time::Instant::now();
-    let mut delay = Duration::from_millis(500);
-    let upid = loop {
-        match pve
-            .download_url(&action.node, &download.storage, &request)
-            .await
-        {
-            Ok(upid) => break upid,
-            // PVE refused before doing anything: safe to send again after a pause.
-            Err(error) if error.is_lock_timeout() && started.elapsed() < options.lock_retry_for => {
-                tracing::info!(node = %action.node, resource = %action.resource, "storage locked; retrying");
-                tokio::select! {
-                    () = cancel.cancelled() => return Outcome::Skipped { reason: "interrupted".into() },
-                    () = tokio::time::sleep(delay) => {}
+    let started = super::guest::now();
+    let upid = match pve
+        .download_url(&action.node, &download.storage, &request)
+        .await
+    {
+        Ok(upid) => upid,
+        Err(error) if error.is_unknown_outcome() => {
+            match find_out(pve, action, download, &error, started).await {
+                Found::Task(upid) => upid,
+                Found::File => {
+                    return Outcome::Succeeded {
+                        upid: None,
+                        exitstatus: "OK".to_owned(),
+                    };
                 }
-                delay = (delay * 2).min(Duration::from_secs(10));
+                Found::Nothing(error) => {
+                    return Outcome::Failed {
+                        class: FailureClass::Unknown,
+                        upid: None,
+                        error,
+                    };
+                }
             }
-            Err(error) => {
-                return Outcome::Failed {
-                    class: FailureClass::of_pve(&error),
-                    upid: None,
-                    error: error_text(&error),
-                };
-            }
+        }
+        Err(error) => {
+            return Outcome::Failed {
+                class: FailureClass::of_pve(&error),
+                upid: None,
+                error: error_text(&error),
+            };
         }
     };
     progress(&Event::TaskStarted {
@@ -76,6 +90,80 @@ pub(super) async fn run(
                 error,
             }
         }
+    }
+}
+
+/// What PVE shows of a download whose answer was lost.
+enum Found {
+    /// The `download` task the POST started.
+    Task(Upid),
+    /// No task, but the file is on the storage.
+    File,
+    /// Neither; the error to record.
+    Nothing(String),
+}
+
+async fn find_out(
+    pve: &PveClient,
+    action: &Action,
+    download: &Download,
+    error: &proxops_pve::PveError,
+    started: u64,
+) -> Found {
+    tracing::warn!(
+        node = %action.node,
+        resource = %action.resource,
+        error = %error_text(error),
+        "the answer to a download was lost; asking PVE what it did"
+    );
+    let lost = |what: String| {
+        Found::Nothing(format!(
+            "{}: the answer was lost, so the download was not sent again; {what}; the next pass observes what PVE did",
+            error_text(error)
+        ))
+    };
+    match super::guest::find_our_task(
+        pve,
+        &action.node,
+        "download",
+        &download.filename,
+        None,
+        started,
+    )
+    .await
+    {
+        Ok(Some(upid)) => return Found::Task(upid),
+        Ok(None) => {}
+        Err(e) => {
+            return lost(format!(
+                "listing PVE's tasks failed too ({})",
+                error_text(&e)
+            ));
+        }
+    }
+    let content = download.content.parse::<ContentType>().ok();
+    match pve
+        .storage_content(&action.node, &download.storage, content)
+        .await
+    {
+        Ok(items) => {
+            let volid = format!(
+                "{}:{}/{}",
+                download.storage, download.content, download.filename
+            );
+            if items.iter().any(|item| item.volid == volid) {
+                Found::File
+            } else {
+                lost(format!(
+                    "PVE lists no download task for {} by this token since the action began, and {volid} is not on the storage",
+                    download.filename
+                ))
+            }
+        }
+        Err(e) => lost(format!(
+            "listing the storage failed too ({})",
+            error_text(&e)
+        )),
     }
 }
 

@@ -19,6 +19,11 @@ pub enum FailureClass {
     TaskFailed,
     /// A guest or storage lock stayed busy for longer than the executor retries.
     Lock,
+    /// PVE's answer to a write was lost (a 596 from pveproxy, a timeout) and what PVE did
+    /// could not be established from its task list, config or volume listing: it may have
+    /// acted, may still be acting, or may not have acted. Never resent; the next pass
+    /// observes what PVE did and plans from that.
+    Unknown,
 }
 
 impl FailureClass {
@@ -47,16 +52,17 @@ impl FailureClass {
     /// Whether a later attempt of the same action may succeed without any change by the
     /// operator.
     pub fn may_heal(self) -> bool {
-        matches!(self, Self::Transient | Self::Lock)
+        matches!(self, Self::Transient | Self::Lock | Self::Unknown)
     }
 
-    /// `transient`, `refused`, `task-failed` or `lock`.
+    /// `transient`, `refused`, `task-failed`, `lock` or `unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Transient => "transient",
             Self::Refused => "refused",
             Self::TaskFailed => "task-failed",
             Self::Lock => "lock",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -135,8 +141,12 @@ mod tests {
     }
 
     #[test]
-    fn only_transient_and_lock_failures_may_heal_by_themselves() {
+    fn only_transient_lock_and_unknown_outcome_failures_may_heal_by_themselves() {
         assert!(FailureClass::Transient.may_heal() && FailureClass::Lock.may_heal());
+        assert!(
+            FailureClass::Unknown.may_heal(),
+            "the next pass observes what PVE did"
+        );
         assert!(!FailureClass::Refused.may_heal() && !FailureClass::TaskFailed.may_heal());
     }
 }

@@ -7,6 +7,14 @@
 //! (`can't lock file ... got timeout`, `is locked`) are sent again with a doubling pause, for
 //! at most `lock_retry_for`; any other refusal fails the action (a digest mismatch too: the
 //! next pass observes afresh and converges).
+//!
+//! A write whose answer is lost (a 596 from pveproxy, whose 30 s proxy timeout may run out
+//! while PVE's handler goes on, or a timeout: [`PveError::is_unknown_outcome`]) is never
+//! sent again. Before anything else the executor asks PVE what happened ([`Lost`]): the task
+//! the write starts (listed by node, type, guest and the token's user), or, for a
+//! synchronous config write, whether the config's digest moved. It follows a task it finds
+//! as the write's own, so the action is recorded with that UPID; when PVE shows nothing the
+//! action fails as `unknown`, and the next pass observes what PVE did.
 
 #![allow(
     clippy::result_large_err,
@@ -17,16 +25,16 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use proxops_core::guest::{GuestType, LiveConfig, percent_decode, sealed_value};
+use proxops_core::guest::{GuestType, LiveConfig, allocates_volume, percent_decode, sealed_value};
 use proxops_core::plan::{Action, CloneFrom, Create, Grow, GuestRef, Update, Verb, clone_update};
 use proxops_core::repository::DesiredState;
-use proxops_pve::request::{self, CloneOptions, ConfigUpdate, DeleteOptions, Params};
+use proxops_pve::request::{self, CloneOptions, ConfigUpdate, DeleteOptions, Params, TaskFilter};
 use proxops_pve::{PveClient, PveError, Request, TaskError, Upid, wait_for_task};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::error_chain::error_text;
 use crate::execute::{Event, FailureClass, Options, Outcome, Progress};
-use crate::observe::error_text;
 
 /// Seconds since the epoch, as PVE writes a task's start time.
 fn epoch_now() -> u64 {
@@ -94,13 +102,18 @@ impl GuestRun<'_> {
         &self.action.node
     }
 
-    /// Sends a write, again after a pause while PVE reports a busy lock.
-    async fn send(&self, req: &Request) -> Step<Value> {
+    /// Sends a write, again after a pause while PVE reports a busy lock. When the answer is
+    /// lost, finds out from PVE what the write did (`lost`) instead of sending it again.
+    async fn send(&self, req: &Request, lost: &Lost<'_>) -> Step<Value> {
         let started = tokio::time::Instant::now();
+        let started_epoch = epoch_now();
         let mut delay = Duration::from_millis(250);
         loop {
             match self.pve.execute(req).await {
                 Ok(value) => return Ok(value),
+                Err(error) if error.is_unknown_outcome() => {
+                    return self.find_out(&error, lost, started_epoch).await;
+                }
                 Err(error)
                     if error.is_lock_timeout()
                         && started.elapsed() < self.options.lock_retry_for =>
@@ -119,6 +132,130 @@ impl GuestRun<'_> {
                 }
                 Err(error) => return Err(refused(&error)),
             }
+        }
+    }
+
+    /// What a write whose answer was lost did, asked of PVE: the UPID of the task it started
+    /// (followed by [`wait`](Self::wait) as the write's own), `null` for a synchronous write
+    /// PVE made, or an `unknown` failure when PVE shows neither.
+    async fn find_out(&self, error: &PveError, lost: &Lost<'_>, started: u64) -> Step<Value> {
+        tracing::warn!(
+            node = %self.action.node,
+            resource = %self.action.resource,
+            error = %error_text(error),
+            "the answer to a write was lost; asking PVE what it did"
+        );
+        let unknown = |what: String| StepError::Failed {
+            class: FailureClass::Unknown,
+            upid: None,
+            error: format!(
+                "{}: the answer was lost, so the write was not sent again; {what}; the next pass observes what PVE did",
+                error_text(error)
+            ),
+        };
+        match lost {
+            Lost::Task {
+                task_type,
+                id,
+                vmid,
+                creates,
+            } => match self.our_task(task_type, id, *vmid, started).await {
+                Ok(Some(upid)) => {
+                    if let Some(new) = creates
+                        && self.guest_config(GuestType::Qemu, *new).await.is_err()
+                    {
+                        return Err(unknown(format!(
+                            "the newest {task_type} task {upid} did not create {new}"
+                        )));
+                    }
+                    tracing::warn!(
+                        node = %self.action.node,
+                        resource = %self.action.resource,
+                        %upid,
+                        "following the task the lost write started"
+                    );
+                    Ok(Value::String(upid.to_string()))
+                }
+                Ok(None) => Err(unknown(format!(
+                    "PVE lists no {task_type} task for {id} by this token since the action began"
+                ))),
+                Err(list) => Err(unknown(format!(
+                    "listing PVE's tasks failed too ({})",
+                    error_text(&list)
+                ))),
+            },
+            Lost::Config {
+                guest_type,
+                vmid,
+                digest,
+            } => self
+                .config_written(*guest_type, *vmid, *digest)
+                .await
+                .map_err(unknown),
+        }
+    }
+
+    async fn our_task(
+        &self,
+        task_type: &str,
+        id: &str,
+        vmid: Option<u32>,
+        started: u64,
+    ) -> Result<Option<Upid>, PveError> {
+        find_our_task(self.pve, self.node(), task_type, id, vmid, started).await
+    }
+
+    async fn guest_config(&self, guest_type: GuestType, vmid: u32) -> Result<Value, PveError> {
+        let req = match guest_type {
+            GuestType::Qemu => request::qemu_config(self.node(), vmid, false),
+            GuestType::Lxc => request::lxc_config(self.node(), vmid, false),
+        };
+        self.pve.execute(&req).await
+    }
+
+    /// Whether a synchronous config write whose answer was lost went through: the config's
+    /// digest moved away from the one the write carried (PVE refuses a write whose digest is
+    /// stale, so a moved digest is this write, or one after it that the next pass sees).
+    /// The handler may still be running (a disk import), so this watches for at most the
+    /// task wait.
+    async fn config_written(
+        &self,
+        guest_type: GuestType,
+        vmid: u32,
+        digest: Option<&str>,
+    ) -> Result<Value, String> {
+        let Some(sent) = digest else {
+            return Err("the write carried no digest to compare with".to_owned());
+        };
+        let deadline = tokio::time::Instant::now() + self.options.wait.timeout;
+        loop {
+            let now = match self.guest_config(guest_type, vmid).await {
+                Ok(config) => config
+                    .get("digest")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                Err(e) => {
+                    return Err(format!(
+                        "reading the config failed too ({})",
+                        error_text(&e)
+                    ));
+                }
+            };
+            if now.as_deref().is_some_and(|d| d != sent) {
+                tracing::warn!(
+                    node = %self.action.node,
+                    resource = %self.action.resource,
+                    "the config digest moved: PVE made the write whose answer was lost"
+                );
+                return Ok(Value::Null);
+            }
+            if tokio::time::Instant::now() >= deadline || self.cancel.is_cancelled() {
+                return Err(format!(
+                    "the config digest is still the one the write carried after {:?}",
+                    self.options.wait.timeout
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
@@ -157,9 +294,19 @@ impl GuestRun<'_> {
         }
     }
 
-    async fn send_and_wait(&self, req: &Request) -> Step<Done> {
-        let answer = self.send(req).await?;
+    async fn send_and_wait(&self, req: &Request, lost: &Lost<'_>) -> Step<Done> {
+        let answer = self.send(req, lost).await?;
         self.wait(&answer).await
+    }
+
+    /// How to find out what a write that starts a `task_type` task for guest `vmid` did.
+    fn task_of(task_type: &'static str, vmid: u32) -> Lost<'static> {
+        Lost::Task {
+            task_type,
+            id: vmid.to_string(),
+            vmid: Some(vmid),
+            creates: None,
+        }
     }
 
     /// The parameters to send: planned values, with SOPS markers swapped for the sealed
@@ -190,13 +337,16 @@ impl GuestRun<'_> {
             GuestType::Lxc => request::lxc_create(self.node(), create.vmid, &params),
         };
         let started = epoch_now();
-        let answer = match self.send(&req).await {
+        let task_type = match create.guest_type {
+            GuestType::Qemu => "qmcreate",
+            GuestType::Lxc => "vzcreate",
+        };
+        let answer = match self
+            .send(&req, &Self::task_of(task_type, create.vmid))
+            .await
+        {
             Ok(answer) => answer,
             Err(error) => {
-                let task_type = match create.guest_type {
-                    GuestType::Qemu => "qmcreate",
-                    GuestType::Lxc => "vzcreate",
-                };
                 match self
                     .task_behind_lost_answer(&error, create.vmid, task_type, started)
                     .await
@@ -213,10 +363,11 @@ impl GuestRun<'_> {
     }
 
     /// The task our own earlier attempt started, when a resent create is refused because the
-    /// guest `already exists`: the client resends a write after a 595/596, which a pveproxy
-    /// can answer after the target node acted (GAPS 47). Only a task of this type, for this
-    /// vmid, by this token, started since the action began (less five minutes of clock skew
-    /// between us and the node) counts; anything else leaves the refusal as it is.
+    /// guest `already exists`: the client resends a write only after a 595, which proves
+    /// PVE never saw it, but a proxy in front of PVE may still answer so after PVE acted
+    /// (GAPS 47). Only a task of this type, for this vmid, by this token, started since the
+    /// action began (less five minutes of clock skew between us and the node) counts;
+    /// anything else leaves the refusal as it is.
     async fn task_behind_lost_answer(
         &self,
         error: &StepError,
@@ -233,17 +384,10 @@ impl GuestRun<'_> {
         if !error.contains("already exists") {
             return None;
         }
-        let req = request::node_tasks(self.node(), vmid, task_type, self.pve.token_id());
-        let tasks = self.pve.execute(&req).await.ok()?;
-        let not_before = started.saturating_sub(300);
-        let upid = tasks.as_array()?.iter().find_map(|task| {
-            let upid: Upid = task.get("upid")?.as_str()?.parse().ok()?;
-            let ours = upid.user() == self.pve.token_id()
-                && upid.task_type() == task_type
-                && upid.id() == vmid.to_string()
-                && u64::from(upid.starttime()) >= not_before;
-            ours.then_some(upid)
-        })?;
+        let upid = self
+            .our_task(task_type, &vmid.to_string(), Some(vmid), started)
+            .await
+            .ok()??;
         tracing::warn!(
             node = %self.action.node,
             resource = %self.action.resource,
@@ -259,7 +403,8 @@ impl GuestRun<'_> {
                 GuestType::Qemu => request::qemu_resize(self.node(), vmid, &g.slot, &g.size),
                 GuestType::Lxc => request::lxc_resize(self.node(), vmid, &g.slot, &g.size),
             };
-            self.send_and_wait(&req).await?;
+            self.send_and_wait(&req, &Self::task_of("resize", vmid))
+                .await?;
         }
         Ok(())
     }
@@ -272,7 +417,15 @@ impl GuestRun<'_> {
             ..CloneOptions::default()
         };
         let req = request::qemu_clone(self.node(), clone.source_vmid, &opts);
-        let done = self.send_and_wait(&req).await?;
+        // The `qmclone` task's id is the source; the new guest's config tells this clone's
+        // task from an earlier clone of the same source.
+        let lost = Lost::Task {
+            task_type: "qmclone",
+            id: clone.source_vmid.to_string(),
+            vmid: Some(clone.source_vmid),
+            creates: Some(clone.vmid),
+        };
+        let done = self.send_and_wait(&req, &lost).await?;
         // The clone's own config, computed by the core from what PVE reports for it.
         let read = request::qemu_config(self.node(), clone.vmid, false);
         let body = self.pve.execute(&read).await.map_err(|e| refused(&e))?;
@@ -298,11 +451,39 @@ impl GuestRun<'_> {
                 revert: Vec::new(),
                 digest: update.digest.clone(),
             };
-            let req = match update.guest_type {
-                GuestType::Qemu => request::qemu_config_put(self.node(), update.vmid, &change),
-                GuestType::Lxc => request::lxc_config_put(self.node(), update.vmid, &change),
+            // A qemu write that allocates or imports a volume runs as a `qmconfig` task
+            // (`POST`): the synchronous `PUT` would copy the whole image before answering.
+            let allocates = update.guest_type == GuestType::Qemu
+                && update
+                    .set
+                    .iter()
+                    .any(|(k, v)| allocates_volume(update.guest_type, k, v));
+            let (req, lost) = match update.guest_type {
+                GuestType::Qemu if allocates => (
+                    request::qemu_config_post(self.node(), update.vmid, &change),
+                    Self::task_of("qmconfig", update.vmid),
+                ),
+                GuestType::Qemu => (
+                    request::qemu_config_put(self.node(), update.vmid, &change),
+                    Lost::Config {
+                        guest_type: GuestType::Qemu,
+                        vmid: update.vmid,
+                        digest: update.digest.as_deref(),
+                    },
+                ),
+                GuestType::Lxc => (
+                    request::lxc_config_put(self.node(), update.vmid, &change),
+                    Lost::Config {
+                        guest_type: GuestType::Lxc,
+                        vmid: update.vmid,
+                        digest: update.digest.as_deref(),
+                    },
+                ),
             };
-            done = self.send_and_wait(&req).await.map_err(|e| scrub.apply(e))?;
+            done = self
+                .send_and_wait(&req, &lost)
+                .await
+                .map_err(|e| scrub.apply(e))?;
         }
         self.grow(update.vmid, update.guest_type, &update.grow)
             .await?;
@@ -323,7 +504,18 @@ impl GuestRun<'_> {
             }
             (GuestType::Lxc, Power::Reboot) => request::lxc_reboot(node, g.vmid, None),
         };
-        match self.send_and_wait(&req).await {
+        let task_type = match (g.guest_type, power) {
+            (GuestType::Qemu, Power::Start) => "qmstart",
+            (GuestType::Qemu, Power::Shutdown) => "qmshutdown",
+            (GuestType::Qemu, Power::Reboot) => "qmreboot",
+            (GuestType::Lxc, Power::Start) => "vzstart",
+            (GuestType::Lxc, Power::Shutdown) => "vzshutdown",
+            (GuestType::Lxc, Power::Reboot) => "vzreboot",
+        };
+        match self
+            .send_and_wait(&req, &Self::task_of(task_type, g.vmid))
+            .await
+        {
             // Already in the wanted state (lxc says so synchronously): nothing to do.
             Err(StepError::Failed { error, .. })
                 if (power == Power::Start && error.contains("already running"))
@@ -350,7 +542,12 @@ impl GuestRun<'_> {
             // Answers `null` although PVE runs a worker.
             GuestType::Lxc => request::lxc_template(self.node(), g.vmid),
         };
-        self.send_and_wait(&req).await
+        let task_type = match g.guest_type {
+            GuestType::Qemu => "qmtemplate",
+            GuestType::Lxc => "vztemplate",
+        };
+        self.send_and_wait(&req, &Self::task_of(task_type, g.vmid))
+            .await
     }
 
     async fn delete(&self, g: GuestRef) -> Step<Done> {
@@ -362,8 +559,67 @@ impl GuestRun<'_> {
             GuestType::Qemu => request::qemu_delete(self.node(), g.vmid, opts),
             GuestType::Lxc => request::lxc_delete(self.node(), g.vmid, opts),
         };
-        self.send_and_wait(&req).await
+        let task_type = match g.guest_type {
+            GuestType::Qemu => "qmdestroy",
+            GuestType::Lxc => "vzdestroy",
+        };
+        self.send_and_wait(&req, &Self::task_of(task_type, g.vmid))
+            .await
     }
+}
+
+/// The newest task of `task_type` for `id` on `node` that this client's token started at or
+/// after `started` (less five minutes of clock skew between us and the node). PVE filters by
+/// the token's user (archived tasks are matched after the token id is split off, pve-manager
+/// `PVE/API2/Tasks.pm` `node_tasks`); the UPID itself says which token started it.
+pub(super) async fn find_our_task(
+    pve: &PveClient,
+    node: &str,
+    task_type: &str,
+    id: &str,
+    vmid: Option<u32>,
+    started: u64,
+) -> Result<Option<Upid>, PveError> {
+    let not_before = started.saturating_sub(300);
+    let filter = TaskFilter {
+        task_type,
+        vmid,
+        user: pve.token_id(),
+        since: not_before,
+    };
+    let tasks = pve.execute(&request::node_tasks(node, &filter)).await?;
+    let found = tasks.as_array().into_iter().flatten().find_map(|task| {
+        let upid: Upid = task.get("upid")?.as_str()?.parse().ok()?;
+        let ours = upid.user() == pve.token_id()
+            && upid.task_type() == task_type
+            && upid.id() == id
+            && u64::from(upid.starttime()) >= not_before;
+        ours.then_some(upid)
+    });
+    Ok(found)
+}
+
+/// Seconds since the epoch, for [`find_our_task`].
+pub(super) fn now() -> u64 {
+    epoch_now()
+}
+
+/// How to find out from PVE what a write whose answer was lost did.
+enum Lost<'a> {
+    /// The write starts a task: its type, its id (the vmid; a clone's source), the guest to
+    /// list tasks for, and for a clone the new guest that must exist when the task is ours.
+    Task {
+        task_type: &'static str,
+        id: String,
+        vmid: Option<u32>,
+        creates: Option<u32>,
+    },
+    /// A synchronous config write carrying `digest`.
+    Config {
+        guest_type: GuestType,
+        vmid: u32,
+        digest: Option<&'a str>,
+    },
 }
 
 /// The longest clean shutdown ProxOps waits for before PVE stops the guest hard.

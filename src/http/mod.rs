@@ -3,7 +3,6 @@
 //! webhook routes. Read-only: nothing here writes to PVE or git, and nothing reveals a
 //! secret (the types it serialises carry none).
 
-pub mod metrics;
 mod page;
 
 use std::sync::Arc;
@@ -20,9 +19,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::agent::status::{BreakerView, LiveStatus};
+use crate::metrics::{Metrics, Scraped};
 use crate::timefmt::rfc3339;
 use crate::webhook::{WebhookMetrics, WebhookState};
-use metrics::{Metrics, Scraped};
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -228,7 +227,7 @@ async fn read_store<T: Send + 'static>(
     match joined {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => {
-            tracing::error!(error = %crate::observe::error_text(&error), "reading the state database");
+            tracing::error!(error = %crate::error_chain::error_text(&error), "reading the state database");
             Err((
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "state database unavailable",

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use crate::error_chain::error_text;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -180,7 +181,7 @@ fn deliver(
         Ok(event) => event,
         Err(error) => {
             WebhookMetrics::count(&metrics.rejected);
-            warn!(%provider, ?delivery, error = %error_chain(&error), "signed webhook delivery unreadable");
+            warn!(%provider, ?delivery, error = %error_text(&error), "signed webhook delivery unreadable");
             return (StatusCode::BAD_REQUEST, "unreadable event\n");
         }
     };
@@ -193,7 +194,8 @@ fn deliver(
         }
         Event::Push { branch } if branch == state.branch => {
             let now = Instant::now();
-            if state.replays.is_replay(provider, &body, now) {
+            // Claimed before the nudge: of concurrent copies only the first may nudge.
+            if !state.replays.claim(provider, &body, now) {
                 WebhookMetrics::count(&metrics.coalesced);
                 debug!(%provider, ?delivery, %branch, "webhook push identical to one accepted recently: a replay, nothing new");
                 return (
@@ -203,13 +205,11 @@ fn deliver(
             }
             match state.nudge.try_send(Nudge { provider }) {
                 Ok(()) => {
-                    state.replays.record(provider, &body, now);
                     WebhookMetrics::count(&metrics.accepted);
                     info!(%provider, ?delivery, %branch, "webhook push: pass requested");
                     (StatusCode::ACCEPTED, "accepted\n")
                 }
                 Err(TrySendError::Full(_)) => {
-                    state.replays.record(provider, &body, now);
                     WebhookMetrics::count(&metrics.coalesced);
                     debug!(%provider, ?delivery, %branch, "webhook push: a pass is already pending");
                     (StatusCode::ACCEPTED, "coalesced with a pending pass\n")
@@ -241,18 +241,6 @@ fn delivery_id(provider: Provider, headers: &HeaderMap) -> Option<&str> {
         }
         HeaderLookup::Absent | HeaderLookup::Repeated { .. } => None,
     }
-}
-
-/// `error: cause: cause` on one line for the log.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -32,24 +32,24 @@ pub struct Replays {
 }
 
 impl Replays {
-    /// Whether an identical delivery was recorded within the window before `now`.
-    pub fn is_replay(&self, provider: Provider, body: &[u8], now: Instant) -> bool {
-        let digest = digest(body);
-        self.lock().iter().any(|(p, d, at)| {
-            *p == provider && *d == digest && now.saturating_duration_since(*at) < REPLAY_WINDOW
-        })
-    }
-
-    /// Records an accepted delivery (once: concurrent copies may all get here), forgetting the
-    /// oldest beyond the capacity.
-    pub fn record(&self, provider: Provider, body: &[u8], now: Instant) {
+    /// Records an accepted delivery and says whether it is new: `false` when an identical one
+    /// was recorded within the window before `now` (a replay). One lock covers the check and
+    /// the record, so of concurrent copies exactly one is new.
+    pub fn claim(&self, provider: Provider, body: &[u8], now: Instant) -> bool {
         let digest = digest(body);
         let mut seen = self.lock();
+        let replay = seen.iter().any(|(p, d, at)| {
+            *p == provider && *d == digest && now.saturating_duration_since(*at) < REPLAY_WINDOW
+        });
+        if replay {
+            return false;
+        }
         seen.retain(|(p, d, _)| !(*p == provider && *d == digest));
         if seen.len() == CAPACITY {
             seen.pop_front();
         }
         seen.push_back((provider, digest, now));
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Provider, [u8; 32], Instant)>> {
@@ -66,19 +66,20 @@ fn digest(body: &[u8]) -> [u8; 32] {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
     fn an_identical_body_from_the_same_provider_is_a_replay_within_the_window_only() {
         let replays = Replays::default();
         let start = Instant::now();
-        assert!(!replays.is_replay(Provider::GitHub, b"push", start));
-        replays.record(Provider::GitHub, b"push", start);
-        assert!(replays.is_replay(Provider::GitHub, b"push", start));
-        assert!(!replays.is_replay(Provider::Gitea, b"push", start));
-        assert!(!replays.is_replay(Provider::GitHub, b"push ", start));
+        assert!(replays.claim(Provider::GitHub, b"push", start));
+        assert!(!replays.claim(Provider::GitHub, b"push", start));
+        assert!(replays.claim(Provider::Gitea, b"push", start));
+        assert!(replays.claim(Provider::GitHub, b"push ", start));
         let later = start + REPLAY_WINDOW;
-        assert!(!replays.is_replay(Provider::GitHub, b"push", later));
+        assert!(replays.claim(Provider::GitHub, b"push", later));
     }
 
     #[test]
@@ -86,22 +87,37 @@ mod tests {
         let replays = Replays::default();
         let now = Instant::now();
         for i in 0..=CAPACITY {
-            replays.record(Provider::GitHub, i.to_string().as_bytes(), now);
+            assert!(replays.claim(Provider::GitHub, i.to_string().as_bytes(), now));
         }
-        assert!(!replays.is_replay(Provider::GitHub, b"0", now));
-        assert!(replays.is_replay(Provider::GitHub, b"1", now));
-        assert!(replays.is_replay(Provider::GitHub, CAPACITY.to_string().as_bytes(), now));
+        assert!(replays.claim(Provider::GitHub, b"0", now));
+        assert!(!replays.claim(Provider::GitHub, CAPACITY.to_string().as_bytes(), now));
     }
 
     #[test]
-    fn recording_the_same_delivery_again_keeps_one_entry() {
+    fn a_delivery_claimed_again_after_the_window_keeps_one_entry() {
         let replays = Replays::default();
-        let now = Instant::now();
-        replays.record(Provider::GitHub, b"first", now);
-        for _ in 0..CAPACITY {
-            replays.record(Provider::GitHub, b"flood", now);
-        }
-        assert!(replays.is_replay(Provider::GitHub, b"first", now));
+        let start = Instant::now();
+        replays.claim(Provider::GitHub, b"first", start);
+        replays.claim(Provider::GitHub, b"flood", start);
+        assert!(replays.claim(Provider::GitHub, b"flood", start + REPLAY_WINDOW));
         assert_eq!(replays.lock().len(), 2);
+    }
+
+    #[test]
+    fn of_concurrent_copies_of_one_delivery_exactly_one_is_new() {
+        let replays = Arc::new(Replays::default());
+        let now = Instant::now();
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let replays = Arc::clone(&replays);
+                std::thread::spawn(move || {
+                    (0..100)
+                        .filter(|_| replays.claim(Provider::GitHub, b"flood", now))
+                        .count()
+                })
+            })
+            .collect();
+        let new: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(new, 1);
     }
 }

@@ -22,6 +22,22 @@ fn download_posts(world: &World) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Declares `ISO/netinst` on pve1, downloaded from the world's file server.
+fn declare_netinst_on_pve1(world: &World) {
+    let url = format!("{}/netinst.iso", world.files_url);
+    world.write(
+        "iso/netinst.yaml",
+        Some(&artifact(
+            "ISO",
+            "netinst",
+            &["pve1"],
+            "netinst.iso",
+            &url,
+            None,
+        )),
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_iso_absent_on_two_nodes_is_downloaded_on_both_and_then_nothing_is_planned() {
     let world = World::start(&[("netinst.iso", ISO)]).await;
@@ -90,22 +106,12 @@ async fn an_iso_absent_on_two_nodes_is_downloaded_on_both_and_then_nothing_is_pl
 #[tokio::test(flavor = "multi_thread")]
 async fn removing_an_artifact_manifest_never_deletes_the_file() {
     let world = World::start(&[("netinst.iso", ISO)]).await;
-    let url = format!("{}/netinst.iso", world.files_url);
-    world.write(
-        "iso/netinst.yaml",
-        Some(&artifact(
-            "ISO",
-            "netinst",
-            &["pve1"],
-            "netinst.iso",
-            &url,
-            None,
-        )),
-    );
+    declare_netinst_on_pve1(&world);
     let apply = world.proxops(&["apply", "--yes"]).await;
     assert_eq!(apply.status.code(), Some(0), "{}", stderr(&apply));
 
     world.write("iso/netinst.yaml", None);
+    let url = format!("{}/netinst.iso", world.files_url);
     world.write(
         "iso/other.yaml",
         Some(&artifact(
@@ -298,18 +304,7 @@ async fn disk_images_land_in_import_and_container_templates_in_vztmpl() {
 #[tokio::test(flavor = "multi_thread")]
 async fn plan_json_lists_actions_and_findings_for_machines() {
     let world = World::start(&[("netinst.iso", ISO)]).await;
-    let url = format!("{}/netinst.iso", world.files_url);
-    world.write(
-        "iso/netinst.yaml",
-        Some(&artifact(
-            "ISO",
-            "netinst",
-            &["pve1"],
-            "netinst.iso",
-            &url,
-            None,
-        )),
-    );
+    declare_netinst_on_pve1(&world);
     let plan = world.proxops(&["plan", "--json"]).await;
     assert_eq!(plan.status.code(), Some(2));
     let json: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
@@ -322,18 +317,7 @@ async fn plan_json_lists_actions_and_findings_for_machines() {
 #[tokio::test(flavor = "multi_thread")]
 async fn apply_without_yes_off_a_terminal_refuses_and_writes_nothing() {
     let world = World::start(&[("netinst.iso", ISO)]).await;
-    let url = format!("{}/netinst.iso", world.files_url);
-    world.write(
-        "iso/netinst.yaml",
-        Some(&artifact(
-            "ISO",
-            "netinst",
-            &["pve1"],
-            "netinst.iso",
-            &url,
-            None,
-        )),
-    );
+    declare_netinst_on_pve1(&world);
     let apply = world.proxops(&["apply"]).await;
     assert_eq!(apply.status.code(), Some(1));
     assert!(
@@ -347,26 +331,8 @@ async fn apply_without_yes_off_a_terminal_refuses_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn apply_in_report_mode_sends_no_write_and_names_the_setting_that_stops_it() {
     let world = World::start(&[("netinst.iso", ISO)]).await;
-    let config = world.dir.path().join("agent.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let text = if text.contains("[policy]\n") {
-        text.replace("[policy]\n", "[policy]\nmode = \"report\"\n")
-    } else {
-        format!("{text}\n[policy]\nmode = \"report\"\n")
-    };
-    std::fs::write(&config, text).unwrap();
-    let url = format!("{}/netinst.iso", world.files_url);
-    world.write(
-        "iso/netinst.yaml",
-        Some(&artifact(
-            "ISO",
-            "netinst",
-            &["pve1"],
-            "netinst.iso",
-            &url,
-            None,
-        )),
-    );
+    world.write_agent_toml(&world.agent_toml().policy("mode = \"report\""));
+    declare_netinst_on_pve1(&world);
 
     let apply = world.proxops(&["apply", "--yes"]).await;
     assert_eq!(apply.status.code(), Some(1), "{}", stderr(&apply));

@@ -1203,41 +1203,138 @@ async fn a_container_that_ignores_shutdown_is_stopped_hard_and_an_unforced_shutd
     assert_all_requests_valid(&world);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_create_whose_answer_was_lost_follows_the_task_it_started_instead_of_failing() {
-    let world = World::start(&[]).await;
-    let api = Api::new(&world);
-    world.write("vm/db.yaml", Some(&small_vm("db", 110, "")));
-    // PVE creates the VM, but the proxying node answers 596: the client resends the create,
-    // which PVE refuses because the VM already exists.
+/// A lost answer on `method path` (PVE acts, pveproxy answers `status`), once.
+fn lose_answer(world: &World, method: &str, pattern: &str, status: u16) {
     world
         .sim
         .control()
         .lose_answers(proxops_pve_sim::HttpFault {
-            pattern: "^/nodes/pve1/qemu$".into(),
-            method: Some("POST".into()),
-            status: 596,
+            pattern: pattern.into(),
+            method: Some(method.into()),
+            status,
             message: None,
             times: Some(1),
             probability: None,
         })
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_whose_answer_was_lost_and_whose_task_has_finished_is_found_and_recorded_with_its_upid()
+ {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    world.write("vm/db.yaml", Some(&small_vm("db", 110, "")));
+    // PVE creates the VM, but pveproxy answers 596; the task list answers only after the
+    // 50 ms qmcreate task has ended, so PVE lists it from its archive, where it matches the
+    // token's user (`root@pam`) and never the token id (`root@pam!proxops`).
+    lose_answer(&world, "POST", "^/nodes/pve1/qemu$", 596);
+    world
+        .sim
+        .control()
+        .add_latency(Some("^/nodes/pve1/tasks$"), Duration::from_millis(400))
+        .unwrap();
     let apply = world.proxops(&["apply", "--yes"]).await;
     assert_ok(&apply);
-    let creates: Vec<u16> = world
-        .requests()
+    let requests = world.requests();
+    let creates: Vec<u16> = requests
         .iter()
         .filter(|r| r.method == "POST" && r.path == "/nodes/pve1/qemu")
         .map(|r| r.status)
         .collect();
-    assert_eq!(
-        creates,
-        [596, 500],
-        "the lost answer, then the refused resend"
+    assert_eq!(creates, [596], "the lost answer, and no second create");
+    let listing = requests
+        .iter()
+        .find(|r| r.path == "/nodes/pve1/tasks")
+        .expect("the executor asked PVE for the create's task");
+    assert_eq!(listing.params["userfilter"], "root@pam");
+    assert_eq!(listing.params["typefilter"], "qmcreate");
+    assert!(
+        stdout(&apply).contains(":qmcreate:110:root@pam!proxops:"),
+        "the create is recorded with the UPID PVE listed:\n{}",
+        stdout(&apply)
     );
     assert_eq!(api.vmids().await, [110], "one guest, created once");
     let config = api.config("pve1", "qemu", 110).await;
     assert_eq!(text(&config, "name"), "db");
     assert_eq!(world.proxops(&["plan"]).await.status.code(), Some(0));
     assert_all_requests_valid(&world);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_write_that_allocates_a_disk_answered_596_after_pve_acted_is_recorded_from_its_task_and_not_sent_again()
+ {
+    let world = World::start(&[("debian.qcow2", IMAGE)]).await;
+    world.write(
+        "diskimage/debian-cloud.yaml",
+        Some(&artifact(
+            "DiskImage",
+            "debian-cloud",
+            &["pve1"],
+            "debian-13-genericcloud.qcow2",
+            &format!("{}/debian.qcow2", world.files_url),
+            None,
+        )),
+    );
+    world.write("vm/db.yaml", Some(&small_vm("db", 110, "")));
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    // A second disk imported from the image: a volume allocation, so a `qmconfig` task.
+    let with_image = small_vm("db", 110, "").replace(
+        "    - {storage: local-lvm, size: 1GiB}\n",
+        "    - {storage: local-lvm, size: 1GiB}\n    - {storage: local-lvm, image: debian-cloud, size: 2GiB}\n",
+    );
+    world.write("vm/db.yaml", Some(&with_image));
+    world.sim.control().clear_requests();
+    lose_answer(&world, "POST", "^/nodes/pve1/qemu/110/config$", 596);
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    let config_writes: Vec<(String, u16)> = world
+        .writes()
+        .into_iter()
+        .filter(|r| r.path == "/nodes/pve1/qemu/110/config")
+        .map(|r| (r.method, r.status))
+        .collect();
+    assert_eq!(
+        config_writes,
+        [("POST".to_owned(), 596)],
+        "one config write, as a task, never sent again"
+    );
+    assert!(
+        stdout(&apply).contains(":qmconfig:110:root@pam!proxops:"),
+        "the update is recorded with the qmconfig task PVE listed:\n{}",
+        stdout(&apply)
+    );
+    let api = Api::new(&world);
+    let config = api.config("pve1", "qemu", 110).await;
+    assert!(
+        text(&config, "scsi1").starts_with("local-lvm:vm-110-disk-"),
+        "{config:?}"
+    );
+    assert!(text(&config, "scsi1").contains("size=2G"), "{config:?}");
+    let plan = world.proxops(&["plan"]).await;
+    assert_eq!(plan.status.code(), Some(0), "{}", stdout(&plan));
+    assert_all_requests_valid(&world);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_synchronous_config_write_answered_596_is_settled_from_the_digest_and_not_sent_again() {
+    let world = World::start(&[]).await;
+    world.write("vm/db.yaml", Some(&small_vm("db", 110, "")));
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    world.write(
+        "vm/db.yaml",
+        Some(&small_vm("db", 110, "").replace("memory: 1GiB", "memory: 2GiB")),
+    );
+    world.sim.control().clear_requests();
+    lose_answer(&world, "PUT", "^/nodes/pve1/qemu/110/config$", 596);
+    assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    let puts = world
+        .writes()
+        .into_iter()
+        .filter(|r| r.path == "/nodes/pve1/qemu/110/config")
+        .count();
+    assert_eq!(puts, 1, "the PUT PVE made is not sent again");
+    let config = Api::new(&world).config("pve1", "qemu", 110).await;
+    assert_eq!(text(&config, "memory"), "2048");
+    assert_eq!(world.proxops(&["plan"]).await.status.code(), Some(0));
 }

@@ -3,6 +3,7 @@
 //! connection with hyper, handing every request to `api::dispatch`. Also the library entry
 //! point [`start`] and the [`RunningSim`] handle.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,9 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often pvestatd publishes guest status (pve-manager `PVE/Service/pvestatd.pm`
 /// @ 14a22df3: `my $updatetime = 10;`).
 pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(10);
+/// How long pveproxy waits for the daemon's answer to a proxied call before it answers 596
+/// (pve-http-server 5c9e4ea `src/PVE/APIServer/AnyEvent.pm` `proxy_request`: `timeout => 30`).
+pub const DEFAULT_PROXY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to run the simulator.
 #[derive(Debug, Clone)]
@@ -44,6 +48,19 @@ pub struct SimConfig {
     /// so the first status poll already sees `stopped` (download-url still waits for its
     /// fetch).
     pub task_duration: Duration,
+    /// How long tasks of one type run, by PVE task type (`download`, `qmcreate`, `vzcreate`,
+    /// `qmclone`, `qmstart`, `qmconfig`, ...), so a scenario can run with realistic ratios
+    /// (a download far longer than a create); types not listed take `task_duration`.
+    pub task_durations: BTreeMap<String, Duration>,
+    /// How long pveproxy waits for the answer of a `protected` call (every write), which it
+    /// proxies to pvedaemon on the same node, before it answers 596 while the handler goes
+    /// on. PVE's is 30 s ([`DEFAULT_PROXY_TIMEOUT`]); tests set e.g. 200 ms.
+    pub proxy_timeout: Duration,
+    /// How long the copy of a disk image (`import-from=`) takes in a qemu config write. The
+    /// synchronous `PUT config` holds the request that long (qemu-server's `update_vm_api`
+    /// runs `create_disks` inside the handler); `POST config`'s `qmconfig` task runs at
+    /// least that long. Zero by default.
+    pub disk_import_duration: Duration,
     /// How long a write waits for a config file lock before `can't lock file ... got timeout`.
     pub lock_timeout: Duration,
     /// Delay before answering an authentication failure (PVE waits about 3 s).
@@ -64,6 +81,9 @@ impl Default for SimConfig {
             root_password: "proxops".to_string(),
             token_secret: "proxops-dev-secret".to_string(),
             task_duration: DEFAULT_TASK_DURATION,
+            task_durations: BTreeMap::new(),
+            proxy_timeout: DEFAULT_PROXY_TIMEOUT,
+            disk_import_duration: Duration::ZERO,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             auth_failure_delay: Duration::ZERO,
             validate: true,
@@ -146,6 +166,9 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSi
     }
     let settings = Settings {
         task_duration: config.task_duration,
+        task_durations: config.task_durations.clone(),
+        proxy_timeout: config.proxy_timeout,
+        disk_import_duration: config.disk_import_duration,
         lock_timeout: config.lock_timeout,
         auth_failure_delay: config.auth_failure_delay,
         validate: config.validate,

@@ -5,6 +5,7 @@
 //! Locks are plain `std::sync::Mutex`es held only for short synchronous sections, never
 //! across an `.await`.
 
+use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -19,6 +20,9 @@ use crate::request_log::RequestLog;
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) task_duration: Duration,
+    pub(crate) task_durations: BTreeMap<String, Duration>,
+    pub(crate) proxy_timeout: Duration,
+    pub(crate) disk_import_duration: Duration,
     pub(crate) lock_timeout: Duration,
     pub(crate) auth_failure_delay: Duration,
     pub(crate) validate: bool,
@@ -38,6 +42,16 @@ pub(crate) struct Shared {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Settings {
+    /// How long a task of `kind` runs: its own duration, else the common one.
+    pub(crate) fn task_duration_of(&self, kind: &str) -> Duration {
+        self.task_durations
+            .get(kind)
+            .copied()
+            .unwrap_or(self.task_duration)
+    }
 }
 
 impl Shared {

@@ -1,6 +1,9 @@
 //! Tasks: UPIDs in PVE's format, the task table entries (status, exit status, log), and the
 //! runner that finishes a task after the configured duration.
 //!
+//! Each task type may have its own duration (`SimConfig::task_durations`: downloads,
+//! creates, clones, starts), else the common `task_duration`.
+//!
 //! A handler registers a task while it holds the cluster lock and hands over the work that
 //! finishes it. The work runs later, again under the cluster lock, after `task_duration`
 //! (or right away, inside the request, when the duration is zero). Work that has to wait on
@@ -116,8 +119,12 @@ impl Task {
         lines
     }
 
-    /// The item shape of `/nodes/{node}/tasks` and `/cluster/tasks`.
+    /// The item shape of `/nodes/{node}/tasks` and `/cluster/tasks`. A finished task comes
+    /// from the archive, whose lines `node_tasks` splits into `user` and `tokenid`; a running
+    /// one comes from the `active` file unsplit, `user` being the whole token id (pve-manager
+    /// 14a22df3 `PVE/API2/Tasks.pm` `node_tasks`, `$parse_line`, `$convert_token_task`).
     pub(crate) fn to_list_item(&self) -> serde_json::Value {
+        let running = self.is_running();
         let mut v = serde_json::json!({
             "upid": self.upid_text,
             "node": self.upid.node,
@@ -126,9 +133,11 @@ impl Task {
             "starttime": self.upid.starttime,
             "type": self.upid.kind,
             "id": self.upid.id,
-            "user": self.upid.userid(),
+            "user": if running { self.upid.user.as_str() } else { self.upid.userid() },
         });
-        if let Some(t) = self.upid.tokenid() {
+        if let Some(t) = self.upid.tokenid()
+            && !running
+        {
             v["tokenid"] = t.into();
         }
         match (&self.exitstatus, self.endtime) {
@@ -179,7 +188,18 @@ pub(crate) fn start(
     spec: &TaskSpec<'_>,
     work: Work,
 ) -> String {
-    let duration = shared.settings.task_duration;
+    start_at_least(shared, cluster, spec, Duration::ZERO, work)
+}
+
+/// Like [`start`], but the task runs at least `min` (a disk import inside a config write).
+pub(crate) fn start_at_least(
+    shared: &Arc<Shared>,
+    cluster: &mut Cluster,
+    spec: &TaskSpec<'_>,
+    min: Duration,
+    work: Work,
+) -> String {
+    let duration = shared.settings.task_duration_of(spec.kind).max(min);
     let (index, upid, injected) = register(shared, cluster, spec);
     if duration.is_zero() {
         finish(cluster, index, work, injected);
@@ -198,7 +218,7 @@ pub(crate) fn start_prepared(
     spec: &TaskSpec<'_>,
     prepare: Prepare,
 ) -> String {
-    let deadline = Instant::now() + shared.settings.task_duration;
+    let deadline = Instant::now() + shared.settings.task_duration_of(spec.kind);
     let (index, upid, injected) = register(shared, cluster, spec);
     schedule(shared, index, injected, prepare, deadline);
     upid

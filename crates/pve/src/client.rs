@@ -5,7 +5,9 @@
 //! [`PveClient::new`], and is never stored anywhere else; `Debug` of the client shows only the
 //! token id. Retries (backon, exponential with jitter, `tokio::time` sleeps) follow
 //! `PveError::is_retryable_for`: GETs on transport errors and transient 5xx answers; writes
-//! only when PVE cannot have acted (no connection, or 595/596 from the proxying node).
+//! only when PVE cannot have acted (no connection, or a 595 from pveproxy). A 596 or a
+//! timeout on a write is handed back as it is ([`PveError::is_unknown_outcome`]): PVE may
+//! have acted, and only the caller knows how to find out.
 //! Decisions about *what* to send live elsewhere; this file only sends.
 
 use std::fmt;

@@ -2,9 +2,15 @@
 //!
 //! An API error keeps PVE's status, message (first line) and per-parameter `errors` map, so a
 //! caller can report PVE's own words. The classification helpers (`is_transient`,
-//! `is_lock_timeout`, `is_not_found`) encode PVE's habits: a missing object is a 500 with
-//! "no such ..." or "does not exist" (LIVE-FACTS.md §1.1), and 595/596 mean the proxying node
-//! could not reach the target node (BEHAVIOUR.md §3).
+//! `is_lock_timeout`, `is_not_found`, `is_unknown_outcome`) encode PVE's habits: a missing
+//! object is a 500 with "no such ..." or "does not exist" (LIVE-FACTS.md §1.1); 595 and 596
+//! are AnyEvent::HTTP's codes for pveproxy's proxied request (to another node, and for every
+//! `protected` call, i.e. every write, to the local pvedaemon): 595 "errors during connection
+//! establishment" (PVE never saw the request), 596 "errors during TLS negotiation, request
+//! sending and header processing", which includes pveproxy's 30 s proxy timeout while the
+//! handler goes on (pve-http-server 5c9e4ea `src/PVE/APIServer/AnyEvent.pm` `proxy_request`:
+//! `timeout => 30`; pve-manager 14a22df3 `PVE/HTTPServer.pm` `rest_handler`: `protected` →
+//! `proxy => 'localhost'`).
 //!
 //! No variant ever holds the API token: the client keeps it in a header value only, and error
 //! text names the request as `METHOD /path` without the host's credentials.
@@ -177,7 +183,8 @@ fn fallback_message(status: u16) -> &'static str {
         401 => "authentication failed (check the API token id and secret)",
         403 => "permission denied",
         595 => "pve could not reach the node (connection error)",
-        596 => "pve could not reach the node (tls or request error)",
+        596 => "pve's proxy got no answer in time (tls, request or timeout error)",
+        597 => "pve's proxy lost the answer (error receiving the body)",
         501 => "not implemented",
         _ => "no message",
     }
@@ -246,7 +253,7 @@ impl PveError {
         match self {
             Self::Transport { kind, .. } => *kind != TransportKind::Tls,
             Self::Api { status, .. } => match status {
-                502..=504 | 595 | 596 => true,
+                502..=504 | 595..=597 => true,
                 500 => self.is_lock_timeout() || !self.is_permanent_failure(),
                 _ => false,
             },
@@ -257,8 +264,11 @@ impl PveError {
     /// Whether the client may resend the request that produced this error.
     ///
     /// GETs are retried on any transport error and on transient 5xx answers. Writes are
-    /// retried only where PVE cannot have acted: the connection never came up, or the
-    /// proxying node could not reach the target node (595/596).
+    /// retried only where PVE cannot have acted: our connection never came up, or pveproxy
+    /// could not connect to the daemon that runs the handler (595, "errors during connection
+    /// establishment"). A 596 or 597 (the request was being sent, or pveproxy's 30 s proxy
+    /// timeout ran out while the handler goes on) and a timeout are
+    /// [unknown outcomes](Self::is_unknown_outcome), never resent.
     pub(crate) fn is_retryable_for(&self, method: Method) -> bool {
         match self {
             Self::Transport { kind, .. } => match kind {
@@ -267,10 +277,31 @@ impl PveError {
                 TransportKind::Tls => false,
             },
             Self::Api { status, .. } => match status {
-                595 | 596 => true,
+                595 => true,
+                596 | 597 => method == Method::Get,
                 500 | 502..=504 => method == Method::Get && !self.is_permanent_failure(),
                 _ => false,
             },
+            _ => false,
+        }
+    }
+
+    /// Whether this error on a write leaves unknown whether PVE acted: a 596/597 from
+    /// pveproxy (AnyEvent::HTTP sets 596 before it writes the request and keeps it while it
+    /// waits for the answer, so pveproxy's 30 s proxy timeout answers 596 while pvedaemon's
+    /// handler goes on; 597 is an error while the answer's body was received), or a timeout
+    /// or broken connection after the request went out. The caller must find out from PVE
+    /// (task list, config digest, volume listing) what happened before it does anything else;
+    /// sending the write again could do it twice or fail against PVE's own lock.
+    ///
+    /// Always false for a GET and for errors that prove PVE did not act (595, a refused
+    /// connection, a TLS handshake failure).
+    pub fn is_unknown_outcome(&self) -> bool {
+        match self {
+            Self::Transport { method, kind, .. } => {
+                method.is_write() && matches!(kind, TransportKind::Timeout | TransportKind::Other)
+            }
+            Self::Api { method, status, .. } => method.is_write() && matches!(status, 596 | 597),
             _ => false,
         }
     }
@@ -419,12 +450,46 @@ mod tests {
     }
 
     #[test]
-    fn proxy_failures_are_retried_for_every_method() {
+    fn a_595_is_resent_for_every_method_because_pve_never_saw_the_request() {
         let e = api(Method::Post, 595, "");
         assert_eq!(e.message(), Some(""));
         assert!(e.is_transient());
         assert!(e.is_retryable_for(Method::Post));
+        assert!(!e.is_unknown_outcome());
         assert!(e.to_string().contains("595 pve could not reach the node"));
+    }
+
+    #[test]
+    fn a_596_on_a_write_is_an_unknown_outcome_and_never_resent() {
+        for status in [596, 597] {
+            for method in [Method::Post, Method::Put, Method::Delete] {
+                let e = api(method, status, "");
+                assert!(!e.is_retryable_for(method), "{method:?} {status}");
+                assert!(e.is_unknown_outcome(), "{method:?} {status}");
+                assert!(e.is_transient(), "{method:?} {status}");
+            }
+            let get = api(Method::Get, status, "");
+            assert!(get.is_retryable_for(Method::Get), "{status}");
+            assert!(
+                !get.is_unknown_outcome(),
+                "a read has no outcome to find out"
+            );
+        }
+        assert!(
+            api(Method::Put, 596, "")
+                .to_string()
+                .contains("596 pve's proxy got no answer in time")
+        );
+    }
+
+    #[test]
+    fn refusals_and_server_errors_on_a_write_are_known_outcomes() {
+        for status in [400, 403, 500, 503] {
+            assert!(
+                !api(Method::Post, status, "").is_unknown_outcome(),
+                "{status}"
+            );
+        }
     }
 
     #[test]

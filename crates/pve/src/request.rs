@@ -754,15 +754,42 @@ pub fn task_log(node: &str, upid: &Upid, start: u64, limit: u64) -> Request {
     .param("limit", limit.to_string())
 }
 
-/// `GET /nodes/{node}/tasks?source=all&vmid=V&typefilter=T&userfilter=U&limit=5`: the
-/// newest tasks (running or ended) of one type for one guest started by `user`.
-pub fn node_tasks(node: &str, vmid: u32, typefilter: &str, user: &str) -> Request {
+/// Which tasks [`node_tasks`] asks for: running and finished ones of one type, started by
+/// one API token's user at or after `since`, optionally for one guest (`vmid`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFilter<'a> {
+    /// The task type (`qmcreate`, `qmconfig`, `download`, ...).
+    pub task_type: &'a str,
+    /// The guest the task is for (PVE matches it exactly against the UPID's id).
+    pub vmid: Option<u32>,
+    /// The token id (`user@realm!token`) or user that started the task.
+    pub user: &'a str,
+    /// Only tasks started at or after this time (seconds since the epoch).
+    pub since: u64,
+}
+
+/// The user part of a token id (`proxops@pve` of `proxops@pve!agent`).
+pub fn user_of_token(token_id: &str) -> &str {
+    token_id.split_once('!').map_or(token_id, |(user, _)| user)
+}
+
+/// `GET /nodes/{node}/tasks?source=all&typefilter=T&userfilter=U&since=S[&vmid=V]&limit=50`:
+/// the newest tasks (running or ended) of one type started by a user since a time.
+///
+/// `userfilter` is the *user* part of the token id only: for finished tasks PVE splits the
+/// UPID's `user@realm!token` into `user` and `tokenid` before it matches the filter as a
+/// case-insensitive substring of `user` (pve-manager 14a22df3 `PVE/API2/Tasks.pm`
+/// `node_tasks`, `$parse_line` → `convert_token_task`), so a token id matches no finished
+/// task. Tasks of other tokens of the same user also match: the caller checks the UPID
+/// itself (token, type, id, start time).
+pub fn node_tasks(node: &str, filter: &TaskFilter<'_>) -> Request {
     Request::new(Method::Get, "/nodes/{node}/tasks", &[node])
         .param("source", "all")
-        .param("vmid", vmid.to_string())
-        .param("typefilter", typefilter)
-        .param("userfilter", user)
-        .param("limit", "5")
+        .param_opt("vmid", filter.vmid.map(|v| v.to_string()))
+        .param("typefilter", filter.task_type)
+        .param("userfilter", user_of_token(filter.user))
+        .param("since", filter.since.to_string())
+        .param("limit", "50")
 }
 
 // ---- access and pools --------------------------------------------------------------------
@@ -905,6 +932,15 @@ pub fn all_endpoints_for_contract() -> Vec<Request> {
         lxc_resize("pve1", 101, "rootfs", "+1G"),
         task_status("pve1", &upid),
         task_log("pve1", &upid, 0, 50),
+        node_tasks(
+            "pve1",
+            &TaskFilter {
+                task_type: "qmcreate",
+                vmid: Some(100),
+                user: "proxops@pve!agent",
+                since: 1_700_000_000,
+            },
+        ),
         access_permissions(Some("/vms/100"), Some("root@pam!ci")),
         pools(Some("prod")),
         pool_create("prod", Some("c")),
@@ -1046,6 +1082,42 @@ mod tests {
     }
 
     #[test]
+    fn the_task_list_is_filtered_by_the_tokens_user_because_pve_matches_finished_tasks_so() {
+        let req = node_tasks(
+            "pve1",
+            &TaskFilter {
+                task_type: "qmcreate",
+                vmid: Some(110),
+                user: "proxops@pve!agent",
+                since: 1_700_000_000,
+            },
+        );
+        assert_eq!(req.path, "/nodes/pve1/tasks");
+        assert_eq!(
+            pairs(&req.query),
+            [
+                ("source", "all"),
+                ("vmid", "110"),
+                ("typefilter", "qmcreate"),
+                ("userfilter", "proxops@pve"),
+                ("since", "1700000000"),
+                ("limit", "50"),
+            ]
+        );
+        let download = node_tasks(
+            "pve1",
+            &TaskFilter {
+                task_type: "download",
+                vmid: None,
+                user: "root@pam",
+                since: 0,
+            },
+        );
+        assert!(!pairs(&download.query).iter().any(|(k, _)| *k == "vmid"));
+        assert_eq!(user_of_token("a.b@ldap.corp!t_1"), "a.b@ldap.corp");
+    }
+
+    #[test]
     fn config_writes_join_delete_and_revert_lists() {
         let update = ConfigUpdate {
             set: Params::new().set_int("memory", 4096),
@@ -1183,7 +1255,7 @@ mod tests {
         let distinct: std::collections::HashSet<_> =
             all.iter().map(|r| (r.method, r.template)).collect();
         assert_eq!(distinct.len(), all.len(), "one request per builder");
-        assert_eq!(all.len(), 47);
+        assert_eq!(all.len(), 48);
         for req in &all {
             // the concrete path has as many segments as its template
             assert_eq!(

@@ -429,6 +429,36 @@ async fn a_post_is_not_retried_on_500_but_is_on_595() {
 }
 
 #[tokio::test]
+async fn a_post_answered_596_after_pve_acted_is_not_resent_and_is_an_unknown_outcome() {
+    let sim = sim().await;
+    let mirror = serve_files(&[("/d.iso", ISO)]).await;
+    let client = pinned(&sim);
+    let download = DownloadUrl::new(ContentType::Iso, format!("http://{mirror}/d.iso"), "d.iso");
+    sim.control()
+        .lose_answers(HttpFault {
+            pattern: "/download-url$".into(),
+            method: Some("POST".into()),
+            status: 596,
+            message: None,
+            times: Some(1),
+            probability: None,
+        })
+        .unwrap();
+    let err = client
+        .download_url("pve1", "local", &download)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(596));
+    assert!(err.is_unknown_outcome(), "{err:?}");
+    assert_eq!(
+        count(&sim, "POST", "/nodes/{node}/storage/{storage}/download-url"),
+        1,
+        "PVE acted: sending it again would download twice"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn missing_objects_are_not_found_and_not_retried() {
     let sim = sim().await;
     let client = pinned(&sim);

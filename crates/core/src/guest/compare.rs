@@ -698,6 +698,33 @@ fn ssh_key_set(encoded: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// Whether writing `value` to `key` makes PVE allocate a volume (`<storage>:<size>`,
+/// `<storage>:cloudinit`) or import one (`import-from=`): the create forms the planner puts
+/// into empty slots. A qemu config write holding one is sent as `POST .../config`, a
+/// `qmconfig` task, not the synchronous `PUT`, whose handler copies a whole image before it
+/// answers and outlasts pveproxy's 30 s proxy timeout (qemu-server e6352be6
+/// `src/PVE/API2/Qemu.pm` `update_vm`: "You should consider using the POST method instead
+/// for any actions involving hotplug or storage allocation"). LXC has no `POST config`.
+pub fn allocates_volume(guest_type: GuestType, key: &str, value: &str) -> bool {
+    let is_volume_slot = match guest_type {
+        GuestType::Qemu => is_disk_key(key) || matches!(key, "efidisk0" | "tpmstate0"),
+        GuestType::Lxc => key == "rootfs" || numbered(key, "mp"),
+    };
+    if !is_volume_slot {
+        return false;
+    }
+    let props = PropertyString::parse(value, Some(volume_key(guest_type, key)));
+    if props.get("import-from").is_some() {
+        return true;
+    }
+    let bare = props.get(volume_key(guest_type, key)).unwrap_or("");
+    bare.split_once(':').is_some_and(|(storage, rest)| {
+        !storage.is_empty()
+            && (rest == "cloudinit"
+                || (!rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit() || b == b'.')))
+    })
+}
+
 /// The key of a volume's bare part.
 fn volume_key(guest_type: GuestType, key: &str) -> &'static str {
     if guest_type == GuestType::Lxc && (key == "rootfs" || numbered(key, "mp")) {
@@ -938,6 +965,40 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn only_create_forms_allocate_a_volume() {
+        let q = GuestType::Qemu;
+        assert!(allocates_volume(
+            q,
+            "scsi1",
+            "local-lvm:0,import-from=local:import/a.qcow2"
+        ));
+        assert!(allocates_volume(q, "scsi1", "local-lvm:32,discard=on"));
+        assert!(allocates_volume(q, "ide2", "local-lvm:cloudinit"));
+        assert!(allocates_volume(q, "efidisk0", "local-lvm:1,efitype=4m"));
+        assert!(!allocates_volume(
+            q,
+            "scsi0",
+            "local-lvm:vm-100-disk-0,size=32G"
+        ));
+        assert!(!allocates_volume(
+            q,
+            "ide2",
+            "local:iso/debian.iso,media=cdrom"
+        ));
+        assert!(!allocates_volume(q, "ide2", "none,media=cdrom"));
+        assert!(!allocates_volume(q, "memory", "4096"));
+        assert!(allocates_volume(
+            GuestType::Lxc,
+            "mp0",
+            "local-lvm:8,mp=/srv"
+        ));
+        assert!(!allocates_volume(
+            GuestType::Lxc,
+            "mp0",
+            "/mnt/data,mp=/srv"
+        ));
+    }
     #[test]
     fn a_live_config_identical_to_the_render_with_pve_extras_is_no_change() {
         let diff = diff_against(&reference(), &[]);

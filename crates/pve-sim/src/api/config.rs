@@ -373,11 +373,41 @@ pub(super) async fn put(ctx: &Ctx, kind: Kind) -> ApiResult {
     }
     let update = Update::parse(ctx, kind)?;
     wait_config_lock(ctx, kind, vmid).await?;
+    let import = {
+        let mut cluster = ctx.shared.cluster();
+        let g = cluster.guest(&node, vmid, kind)?.clone();
+        precheck(&cluster, ctx, &g, &update)?;
+        let import = import_duration(ctx, kind, &update);
+        if import.is_zero() {
+            apply(&mut cluster, vmid, &update).map_err(ApiError::die)?;
+            return Ok(Value::Null);
+        }
+        // qemu-server's synchronous `update_vm_api` runs `create_disks` (the whole
+        // `import-from` copy) inside `lock_config`, before it answers (qemu-server e6352be6
+        // `src/PVE/API2/Qemu.pm` `$update_vm_api`, `$sync` branch): the config lock is held
+        // and the request stays silent meanwhile, so pveproxy may answer 596 first.
+        *cluster.file_locks.entry(vmid).or_default() += 1;
+        import
+    };
+    tokio::time::sleep(import).await;
     let mut cluster = ctx.shared.cluster();
-    let g = cluster.guest(&node, vmid, kind)?.clone();
-    precheck(&cluster, ctx, &g, &update)?;
+    super::qemu::release_file_lock(&mut cluster, vmid);
     apply(&mut cluster, vmid, &update).map_err(ApiError::die)?;
     Ok(Value::Null)
+}
+
+/// How long the disk imports (`import-from=`) of a qemu config write take.
+fn import_duration(ctx: &Ctx, kind: Kind, update: &Update) -> Duration {
+    let imports = kind == Kind::Qemu
+        && update
+            .set
+            .iter()
+            .any(|(k, v)| guest::is_qemu_disk_key(k) && v.contains("import-from="));
+    if imports {
+        ctx.shared.settings.disk_import_duration
+    } else {
+        Duration::ZERO
+    }
 }
 
 pub(super) async fn post(ctx: &Ctx) -> ApiResult {
@@ -394,6 +424,7 @@ pub(super) async fn post(ctx: &Ctx) -> ApiResult {
         let mut cluster = ctx.shared.cluster();
         let g = cluster.guest(&node, vmid, Kind::Qemu)?.clone();
         precheck(&cluster, ctx, &g, &update)?;
+        let import = import_duration(ctx, Kind::Qemu, &update);
         let work: Work = Box::new(move |c, _log, injected| {
             if let Some(m) = injected {
                 return Err(m);
@@ -406,7 +437,10 @@ pub(super) async fn post(ctx: &Ctx) -> ApiResult {
             id: vmid.to_string(),
             user: ctx.authid(),
         };
-        task::start(&ctx.shared, &mut cluster, &spec, work)
+        // The `qmconfig` worker does the same work as the synchronous PUT, imports
+        // included (`update_vm_async` → `$update_vm_api` → `fork_worker('qmconfig', ...)`),
+        // but the request answers the UPID at once.
+        task::start_at_least(&ctx.shared, &mut cluster, &spec, import, work)
     };
     if let Some(secs) = background_delay {
         match task::wait_for(&ctx.shared, &upid, Duration::from_secs(secs)).await {

@@ -71,9 +71,8 @@ pub(super) fn check_qemu_drive(
                     ),
                 ));
             }
-            if cluster.volume(node, src).is_none() {
-                return Err(ApiError::die(format!("volume '{src}' does not exist")));
-            }
+            // Whether the source exists is not checked here: `check_volume_access` does not
+            // test it; the worker's `create_disks` finds out (see `alloc_qemu_drive`).
         }
     }
     if let Some((sid, _)) = parse_allocation(file) {
@@ -128,10 +127,17 @@ pub(super) fn alloc_qemu_drive(
     let size = if let Some(src) = p.remove("import-from") {
         // The image's virtual size is not known without reading it; round the file up to
         // whole GiB as a stand-in.
+        // A missing source fails here, in the worker (the `qmcreate` task, or the handler
+        // of a synchronous config write): qemu-server e6352be6 `src/PVE/API2/Qemu.pm`
+        // `create_disks` → `$import_from_volid`: `could not get size of <src>`, wrapped as
+        // `cannot import from '<src>' - ...`.
         let bytes = if src.starts_with('/') {
             1 << 30
         } else {
-            cluster.volume(node, &src).map_or(1 << 30, |v| v.size)
+            cluster
+                .volume(node, &src)
+                .ok_or_else(|| format!("cannot import from '{src}' - could not get size of {src}"))?
+                .size
         };
         bytes.div_ceil(1 << 30).max(1) << 30
     } else if key == "efidisk0" {

@@ -8,6 +8,10 @@
 //! login), the method's schema permission check (403), proxying to the node (500/595),
 //! parameter validation (400), then the handler (whose own permission checks are in
 //! `permission.rs`).
+//!
+//! A `protected` call (every write the simulator implements) runs as pveproxy runs it: proxied
+//! to pvedaemon with a 30 s timeout ([`proxied`]); a handler silent for longer is answered
+//! 596 while it goes on.
 
 mod access;
 mod cluster;
@@ -571,9 +575,47 @@ async fn handle(
         params: Params(params),
         caller: caller.clone(),
     };
-    match call(endpoint, &ctx).await {
+    let result = if is_protected(method, rel) {
+        proxied(shared, endpoint, ctx).await
+    } else {
+        call(endpoint, &ctx).await
+    };
+    match result {
         Ok(reply) => Ok((caller, reply)),
         Err(e) => Err((caller, e)),
+    }
+}
+
+/// Whether PVE runs the endpoint in the privileged daemon (`protected` in the schema).
+fn is_protected(method: &str, path: &str) -> bool {
+    let schema = Schema::vendored();
+    schema
+        .route(method, path)
+        .ok()
+        .and_then(|m| schema.endpoint_info(method, &m.template))
+        .is_some_and(|info| info.protected)
+}
+
+/// Runs a `protected` handler as pveproxy does: pveproxy (uid www-data) proxies every
+/// `protected` call to pvedaemon on `localhost:85`, on a single node too (pve-manager
+/// 14a22df3 `PVE/HTTPServer.pm` `rest_handler`: `if ($info->{protected} && ($euid != 0))` →
+/// `proxy => 'localhost'`), with `http_request(..., timeout => 30)` (pve-http-server 5c9e4ea
+/// `src/PVE/APIServer/AnyEvent.pm` `proxy_request`). AnyEvent::HTTP sets `$ae_error = 596;
+/// # request phase` before it writes the request, and its handle's timeout reports that code
+/// with `Connection timed out`, which pveproxy passes on as status and reason. pvedaemon is not
+/// told: the handler runs to its end, its changes and its task stand.
+async fn proxied(shared: &Arc<Shared>, endpoint: Endpoint, ctx: Ctx) -> ApiResult<Reply> {
+    let limit = shared.settings.proxy_timeout;
+    let handler = shared
+        .tracker
+        .spawn(async move { call(endpoint, &ctx).await });
+    match tokio::time::timeout(limit, handler).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(join)) => Err(ApiError::die(format!("handler failed: {join}"))),
+        Err(_) => Err(ApiError::Proxy {
+            status: 596,
+            reason: "Connection timed out".to_string(),
+        }),
     }
 }
 

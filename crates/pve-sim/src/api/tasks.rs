@@ -1,5 +1,11 @@
 //! Task endpoints: `/nodes/{node}/tasks` (list), `/tasks/{upid}/status`, `/tasks/{upid}/log`,
 //! `DELETE /tasks/{upid}`, and `/cluster/tasks`.
+//!
+//! The list follows pve-manager 14a22df3 `PVE/API2/Tasks.pm` `node_tasks`: tasks from the
+//! archive (finished) have their UPID's `user@realm!token` split into `user` and `tokenid`
+//! (`$parse_line` → `$convert_token_task`) *before* `$filter_task` matches `userfilter` as a
+//! case-insensitive substring of `user`; tasks from the `active` file (running) are not
+//! split, so their `user` is the whole token id.
 
 use serde_json::{Value, json};
 
@@ -42,7 +48,7 @@ pub(super) fn node_tasks(ctx: &Ctx) -> ApiResult<Reply> {
         .filter(|t| !errors_only || (!t.is_running() && !t.is_ok()))
         .filter(|t| vmid.is_none_or(|v| t.upid.id == v))
         .filter(|t| typefilter.is_none_or(|f| t.upid.kind == f))
-        .filter(|t| userfilter.is_none_or(|u| t.upid.user.contains(u)))
+        .filter(|t| userfilter.is_none_or(|u| matches_user(t, u)))
         .filter(|t| since.is_none_or(|s| t.upid.starttime >= s))
         .filter(|t| until.is_none_or(|u| t.upid.starttime <= u))
         .filter(|t| {
@@ -66,6 +72,17 @@ pub(super) fn node_tasks(ctx: &Ctx) -> ApiResult<Reply> {
         .map(Task::to_list_item)
         .collect();
     Ok(Reply::with_total(Value::Array(items), total))
+}
+
+/// `$task->{user} !~ m/\Q$userfilter\E/i`, with `user` as the list shows it: the user
+/// part only for a finished (archived) task, the whole token id for a running one.
+fn matches_user(task: &Task, filter: &str) -> bool {
+    let user = if task.is_running() {
+        task.upid.user.as_str()
+    } else {
+        task.upid.userid()
+    };
+    user.to_lowercase().contains(&filter.to_lowercase())
 }
 
 fn find<'a>(tasks: &'a [Task], upid: &str) -> ApiResult<&'a Task> {

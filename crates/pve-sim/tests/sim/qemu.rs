@@ -894,3 +894,90 @@ async fn an_unmapped_host_pci_device_is_refused_to_api_tokens() {
         "only root can set 'hostpci1' config for non-mapped devices\n"
     );
 }
+
+#[tokio::test]
+async fn import_from_a_missing_source_fails_in_the_qmcreate_task_not_synchronously() {
+    let s = sim().await;
+    let upid = s
+        .post(
+            "/nodes/pve1/qemu",
+            &[
+                ("vmid", "100"),
+                (
+                    "scsi0",
+                    "local-lvm:0,import-from=local:import/missing.qcow2",
+                ),
+            ],
+        )
+        .await
+        .upid();
+    let status = s.wait(&upid).await;
+    assert_eq!(
+        status["exitstatus"],
+        "unable to create VM 100 - cannot import from 'local:import/missing.qcow2' - could not get size of local:import/missing.qcow2"
+    );
+    let gone = s.get("/nodes/pve1/qemu/100/config").await;
+    assert_eq!(gone.status, 500, "the config is removed: {gone:?}");
+}
+
+/// A simulator whose pveproxy gives up after 200 ms and whose disk imports take 600 ms.
+async fn slow_imports() -> crate::Sim {
+    crate::sim_with(proxops_pve_sim::SimConfig {
+        tls: false,
+        task_duration: crate::TASK,
+        proxy_timeout: std::time::Duration::from_millis(200),
+        disk_import_duration: std::time::Duration::from_millis(600),
+        ..proxops_pve_sim::SimConfig::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_synchronous_config_write_that_outlasts_the_proxy_timeout_answers_596_and_still_imports()
+{
+    let s = slow_imports().await;
+    crate::download::place_file(&s, "local", "import", "debian.qcow2", vec![7u8; 4096]).await;
+    s.create_vm("100", &[]).await;
+    let started = std::time::Instant::now();
+    let r = s
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[("scsi1", "local-lvm:0,import-from=local:import/debian.qcow2")],
+        )
+        .await;
+    assert_eq!(r.status, 596, "{r:?}");
+    assert!(r.text.is_empty(), "pveproxy passes no body: {r:?}");
+    assert!(started.elapsed() < std::time::Duration::from_millis(550));
+    // pvedaemon's handler goes on and writes the disk once the copy is done.
+    assert!(
+        s.config("100").await.get("scsi1").is_none(),
+        "still importing"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(
+        s.config("100").await["scsi1"],
+        "local-lvm:vm-100-disk-1,size=1G"
+    );
+}
+
+#[tokio::test]
+async fn a_config_post_that_imports_a_disk_answers_a_qmconfig_task_that_lasts_the_import() {
+    let s = slow_imports().await;
+    crate::download::place_file(&s, "local", "import", "debian.qcow2", vec![7u8; 4096]).await;
+    s.create_vm("100", &[]).await;
+    let upid = s
+        .post(
+            "/nodes/pve1/qemu/100/config",
+            &[("scsi1", "local-lvm:0,import-from=local:import/debian.qcow2")],
+        )
+        .await
+        .upid();
+    assert!(upid.contains(":qmconfig:100:"), "{upid}");
+    let started = std::time::Instant::now();
+    s.wait_ok(&upid).await;
+    assert!(started.elapsed() >= std::time::Duration::from_millis(400));
+    assert_eq!(
+        s.config("100").await["scsi1"],
+        "local-lvm:vm-100-disk-1,size=1G"
+    );
+}

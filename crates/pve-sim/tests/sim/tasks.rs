@@ -92,3 +92,64 @@ async fn the_task_list_shows_finished_tasks_by_default_and_running_ones_on_reque
     let cluster = s.get("/cluster/tasks").await;
     assert_eq!(cluster.data()[0]["upid"], upid.as_str());
 }
+
+#[tokio::test]
+async fn a_token_id_as_userfilter_matches_running_tasks_but_no_finished_one_as_pve_splits_archived_tasks()
+ {
+    let s = sim().await;
+    let upid = s.post("/nodes/pve1/qemu", &[("vmid", "100")]).await.upid();
+    let by = |filter: &'static str| {
+        let s = &s;
+        async move {
+            s.get_q(
+                "/nodes/pve1/tasks",
+                &[("source", "all"), ("userfilter", filter)],
+            )
+            .await
+            .body["total"]
+                .clone()
+        }
+    };
+    // Running: the `active` file's entry is not split, the token id matches.
+    assert_eq!(by("root@pam!proxops").await, 1);
+    assert_eq!(by("ROOT@pam").await, 1, "case-insensitive substring");
+    s.wait_ok(&upid).await;
+    // Finished: `user` is `root@pam` and `tokenid` is `proxops`, so only the user matches.
+    assert_eq!(by("root@pam!proxops").await, 0);
+    assert_eq!(by("root@pam").await, 1);
+    let list = s
+        .get_q("/nodes/pve1/tasks", &[("userfilter", "root@pam")])
+        .await;
+    assert_eq!(list.data()[0]["user"], "root@pam");
+    assert_eq!(list.data()[0]["tokenid"], "proxops");
+}
+
+#[tokio::test]
+async fn each_task_type_runs_for_its_own_duration_and_others_for_the_common_one() {
+    let s = sim_with(SimConfig {
+        tls: false,
+        task_duration: Duration::from_millis(20),
+        task_durations: [("qmstart".to_owned(), Duration::from_millis(600))].into(),
+        ..SimConfig::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let create = s.post("/nodes/pve1/qemu", &[("vmid", "100")]).await.upid();
+    s.wait_ok(&create).await;
+    let create_took = started.elapsed();
+    let started = std::time::Instant::now();
+    let start = s
+        .post("/nodes/pve1/qemu/100/status/start", &[])
+        .await
+        .upid();
+    s.wait_ok(&start).await;
+    let start_took = started.elapsed();
+    assert!(
+        start_took >= Duration::from_millis(600),
+        "qmstart ran {start_took:?}"
+    );
+    assert!(
+        create_took < Duration::from_millis(500),
+        "qmcreate ran {create_took:?}"
+    );
+}
