@@ -83,7 +83,7 @@ impl ArtifactSpec {
 /// checks them (`src/PVE/API2/Storage/Status.pm` @ 0c56bad8, with the patterns of
 /// `src/PVE/Storage.pm`): ISO `$ISO_EXT_RE_0 = qr/\.(?:iso|img)/i` and CTTemplate
 /// `$VZTMPL_EXT_RE_1` (`/i`) in any case; DiskImage `$UPLOAD_IMPORT_EXT_RE_1 =
-/// qr/\.(ova|qcow2|raw|vmdk)/`, case-sensitive (see [`extensions_ignore_case`]). `.ova` is
+/// qr/\.(ova|qcow2|raw|vmdk)/`, case-sensitive. `.ova` is
 /// not offered: an OVA is an archive a disk must be picked from (`import-from=...ova/<disk>`),
 /// which the DiskImage model does not do; `.ovf` is no extension PVE downloads at all.
 pub fn extensions(kind: Kind) -> &'static [&'static str] {
