@@ -312,6 +312,8 @@ impl Suite {
         assert!(touched.is_empty(), "wrote to unowned guests {touched:?}");
         self.unowned.assert_untouched(&self.api).await;
 
+        // Names in /cluster/resources come from pvestatd's last run (every 10 s on PVE).
+        self.world.sim.control().refresh_stats();
         let guests = self.api.guests().await;
         let mut by_name: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
         for (vmid, name) in &guests {
