@@ -134,6 +134,9 @@ async fn observe_guests(
             continue;
         };
         if let Some(guest) = guests.get_mut(&vmid) {
+            if let Ok(config) = &config {
+                fill_from_config(guest, config);
+            }
             guest.pending = Some(
                 config
                     .as_ref()
@@ -144,6 +147,23 @@ async fn observe_guests(
         }
     }
     Ok(guests)
+}
+
+/// What `/cluster/resources` may not show yet, taken from the config just read: PVE
+/// reports a guest's `name` and `template` there from pvestatd's last run (pve-manager
+/// `PVE/API2Tools.pm` `extract_vm_stats` @ 14a22df3: no RRD entry, no `name`/`template`;
+/// `PVE/Service/pvestatd.pm`: `my $updatetime = 10;`), so for up to 10 s after a create or a
+/// promote the listing lags the config. The config's `template: 1` counts at once, and its
+/// `name` (qemu) or `hostname` (lxc) names a guest the listing has no name for.
+fn fill_from_config(guest: &mut ObservedGuest, config: &LiveConfig) {
+    guest.template |= config.is_template();
+    if guest.name.as_deref().is_none_or(str::is_empty) {
+        let key = match guest.guest_type {
+            GuestType::Qemu => "name",
+            GuestType::Lxc => "hostname",
+        };
+        guest.name = config.get(key).map(str::to_owned);
+    }
 }
 
 /// Which guests' configs the planner will look at.

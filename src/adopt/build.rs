@@ -195,6 +195,12 @@ pub(crate) fn build(
             );
             comments.extend(mapping.fill.iter().map(|f| format!("  {f}")));
         }
+        if !mapping.defaults.is_empty() {
+            comments.push(format!(
+                "Not set on PVE, written as PVE's default: {}.",
+                mapping.defaults.join(", ")
+            ));
+        }
         if !mapping.gaps.is_empty() {
             let keys: Vec<&str> = mapping.gaps.iter().map(|g| g.key.as_str()).collect();
             comments.push(format!(

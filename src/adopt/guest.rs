@@ -42,6 +42,8 @@ pub(crate) struct Mapping<'a> {
     pub(crate) gaps: Vec<Gap>,
     /// Fields the operator must fill in before the manifest is valid.
     pub(crate) fill: Vec<String>,
+    /// Keys PVE's config does not hold, written as the default PVE runs the guest with.
+    pub(crate) defaults: Vec<String>,
 }
 
 impl<'a> Mapping<'a> {
@@ -52,6 +54,7 @@ impl<'a> Mapping<'a> {
             used: BTreeSet::new(),
             gaps: Vec::new(),
             fill: Vec::new(),
+            defaults: Vec::new(),
         }
     }
 
@@ -103,6 +106,12 @@ impl<'a> Mapping<'a> {
                 );
             }
         }
+    }
+
+    /// Records that `key` is absent from PVE's config and the manifest says PVE's default
+    /// for it, which the planner compares an absent key with: not a gap, no write.
+    pub(crate) fn defaulted(&mut self, key: &str) {
+        self.defaults.push(key.to_owned());
     }
 
     /// Marks a key as mapped without reading it.

@@ -90,16 +90,19 @@ pub(crate) fn spec(
     }
     m.mark("tags");
     spec.set_list("tags", tags(m.config));
+    // `ostype` drives PVE's defaults and drivers (`l26`, `win11`); the manifest has no field
+    // for it, so it goes to `extra`, which is sent on create and compared.
+    if let Some(ostype) = m.take("ostype") {
+        let mut extra = Map::new();
+        extra.set("ostype", ostype);
+        spec.set_map("extra", extra);
+    }
     spec
 }
 
 fn memory(m: &mut Mapping<'_>) -> String {
     let Some(props) = m.take_props("memory", Some("current")) else {
-        m.gap(
-            "memory",
-            "",
-            "not set on PVE; written as PVE's default of 512 MiB",
-        );
+        m.defaulted("memory");
         return mib_quantity(PVE_DEFAULT_MEMORY);
     };
     m.extra_parts("memory", &props, &["current"]);
@@ -126,11 +129,7 @@ fn cpu(m: &mut Mapping<'_>) -> Map {
     match cpu_type {
         Some(t) => cpu.set("type", t),
         None => {
-            m.gap(
-                "cpu",
-                "",
-                "not set on PVE; written as PVE's default `kvm64`",
-            );
+            m.defaulted("cpu");
             cpu.set("type", "kvm64");
         }
     }
@@ -140,7 +139,7 @@ fn cpu(m: &mut Mapping<'_>) -> Map {
     match m.take("cores").and_then(|c| c.parse::<u32>().ok()) {
         Some(cores) => cpu.set("cores", cores),
         None => {
-            m.gap("cores", "", "not set on PVE; written as PVE's default of 1");
+            m.defaulted("cores");
             cpu.set("cores", 1u32);
         }
     }

@@ -731,3 +731,104 @@ async fn adopting_every_node_names_an_offline_node_as_skipped() {
     );
     assert!(world.repo().join("vm/lab/up.yaml").is_file());
 }
+
+/// The actions of a `proxops plan --json` output.
+fn plan_actions(plan: &Value) -> Vec<Value> {
+    plan["plan"]["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l.as_array().unwrap().iter().cloned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_adopting_guests_pve_created_with_its_defaults_the_first_plan_only_adds_the_tag() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    // `qm create` with PVE's defaults: no memory, cpu or cores key in the config.
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/qemu",
+        &[("vmid", "110"), ("name", "plain"), ("scsi0", "local-lvm:4")],
+    )
+    .await;
+    // A Windows guest: ostype drives PVE's defaults and must survive a rebuild.
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/qemu",
+        &[
+            ("vmid", "111"),
+            ("name", "win"),
+            ("ostype", "win11"),
+            ("memory", "4096"),
+            ("scsi0", "local-lvm:8"),
+        ],
+    )
+    .await;
+    // A template made from a defaults-only VM.
+    api.post_and_wait(
+        "pve1",
+        "/nodes/pve1/qemu",
+        &[("vmid", "112"), ("name", "base"), ("scsi0", "local-lvm:4")],
+    )
+    .await;
+    api.post_and_wait("pve1", "/nodes/pve1/qemu/112/template", &[])
+        .await;
+    let raw = api.config("pve1", "qemu", 110).await;
+    for key in ["memory", "cpu", "cores"] {
+        assert!(!raw.contains_key(key), "{key} in {raw:?}");
+    }
+    every_node(&world);
+
+    let adopted = adopt(&world).await;
+    assert_ok(&adopted);
+    let report = stdout(&adopted);
+    let files = tree(&world.repo());
+    let file = |p: &str| files.iter().find(|(path, _)| path == p).unwrap().1.clone();
+    let plain = file("vm/lab/plain.yaml");
+    assert!(
+        plain.contains("# Not set on PVE, written as PVE's default: memory, cpu, cores."),
+        "{plain}"
+    );
+    assert!(!plain.contains("Left as PVE has it"), "{plain}");
+    assert!(!report.contains("VM/plain  memory"), "{report}");
+    let win = file("vm/lab/win.yaml");
+    assert!(win.contains("ostype: win11"), "{win}");
+
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("  - ../../"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{report}");
+    world.write(
+        "clusters/lab/resources.yaml",
+        Some(&format!("resources:\n{}\n", lines.join("\n"))),
+    );
+    let plan = world.proxops(&["plan", "--node", "*", "--json"]).await;
+    assert_eq!(plan.status.code(), Some(2), "{}", stderr(&plan));
+    let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["plan"]["findings"], serde_json::json!([]), "{plan:#}");
+    let mut claimed = Vec::new();
+    for action in plan_actions(&plan) {
+        let verb = &action["verb"];
+        assert_eq!(verb["verb"], "update", "{action:#}");
+        let set = verb["set"].as_object().unwrap();
+        assert_eq!(set.keys().collect::<Vec<_>>(), ["tags"], "{action:#}");
+        assert_eq!(verb["delete"], serde_json::json!([]), "{action:#}");
+        claimed.push(verb["vmid"].as_u64().unwrap());
+    }
+    claimed.sort_unstable();
+    assert_eq!(claimed, [110, 111, 112]);
+
+    assert_ok(&world.proxops(&["apply", "--yes", "--node", "*"]).await);
+    let again = world.proxops(&["plan", "--node", "*"]).await;
+    assert_ok(&again);
+    assert!(stdout(&again).contains("no changes"), "{}", stdout(&again));
+    let raw = api.config("pve1", "qemu", 110).await;
+    assert!(
+        !raw.contains_key("memory"),
+        "nothing but the tag was written: {raw:?}"
+    );
+    crate::sim::assert_all_requests_valid(&world);
+}

@@ -773,6 +773,8 @@ async fn a_change_pending_on_a_running_guest_needs_a_reboot_until_restarts_are_a
     let api = Api::new(&world);
     world.write("vm/app.yaml", Some(&small_vm("app", 130, "")));
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    // PVE reports the start in /cluster/resources after pvestatd's next run (10 s).
+    world.sim.control().refresh_stats();
     assert_eq!(api.status("pve1", "qemu", 130).await, "running");
 
     world.write(
@@ -1020,6 +1022,8 @@ async fn a_guest_that_ignores_acpi_is_stopped_hard_after_the_shutdown_timeout() 
     std::fs::write(&config, text.replace("\"30s\"", "\"4s\"")).unwrap();
     world.write("vm/hung.yaml", Some(&small_vm("hung", 150, "")));
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    // PVE reports the start in /cluster/resources after pvestatd's next run (10 s).
+    world.sim.control().refresh_stats();
     assert_eq!(api.status("pve1", "qemu", 150).await, "running");
     assert!(world.sim.control().ignore_shutdown(150, true));
 
@@ -1168,6 +1172,8 @@ async fn a_container_that_ignores_shutdown_is_stopped_hard_and_an_unforced_shutd
     };
     world.write("lxc/hung-ct.yaml", Some(&ct("started")));
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    // PVE reports the start in /cluster/resources after pvestatd's next run (10 s).
+    world.sim.control().refresh_stats();
     assert_eq!(api.status("pve1", "lxc", 202).await, "running");
     assert!(world.sim.control().ignore_shutdown(202, true));
 

@@ -168,7 +168,19 @@ struct Suite {
 
 impl Suite {
     async fn start(seed: u64) -> Suite {
-        let world = World::start_with(&FILES, Duration::from_millis(200)).await;
+        // No pvestatd lag here: with it, a pass right after a re-attached start or shutdown
+        // still sees the old power state in `/cluster/resources` and sends the (harmless) power
+        // action again, which these suites count as a re-issue. That is GAPS #50's open point
+        // (power state has no second source yet), not what the crash and fault suites test.
+        let world = World::start_config(
+            &FILES,
+            proxops_pve_sim::SimConfig {
+                task_duration: Duration::from_millis(200),
+                stats_interval: Duration::ZERO,
+                ..proxops_pve_sim::SimConfig::default()
+            },
+        )
+        .await;
         let api = Api::new(&world);
         let unowned = Unowned::create(&api).await;
         let tasks_before = audit::sim_tasks(&api)
@@ -312,6 +324,8 @@ impl Suite {
         assert!(touched.is_empty(), "wrote to unowned guests {touched:?}");
         self.unowned.assert_untouched(&self.api).await;
 
+        // Names in /cluster/resources come from pvestatd's last run (every 10 s on PVE).
+        self.world.sim.control().refresh_stats();
         let guests = self.api.guests().await;
         let mut by_name: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
         for (vmid, name) in &guests {

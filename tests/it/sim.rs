@@ -27,11 +27,17 @@ impl World {
 
     /// As [`World::start`], with every PVE task taking `task_duration`.
     pub(crate) async fn start_with(files: &[(&str, &[u8])], task_duration: Duration) -> World {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let config = SimConfig {
             task_duration,
             ..SimConfig::default()
         };
+        World::start_config(files, config).await
+    }
+
+    /// As [`World::start`], with the simulator started from `config` (its seed, task
+    /// duration, pvestatd interval, ...).
+    pub(crate) async fn start_config(files: &[(&str, &[u8])], config: SimConfig) -> World {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let sim = proxops_pve_sim::start(config, listener).await.unwrap();
         let files_url = serve_files(files).await;
         let dir = tempfile::tempdir().unwrap();

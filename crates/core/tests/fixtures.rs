@@ -126,7 +126,7 @@ const CROSS_RESOURCE_RULES: [(&str, &str); 9] = [
 ];
 
 /// Every rule of issue 2 item 5 that has a fixture.
-const ALL_RULES: [&str; 30] = [
+const ALL_RULES: [&str; 33] = [
     "unknown-key",
     "wrong-type",
     "missing-required",
@@ -138,7 +138,10 @@ const ALL_RULES: [&str; 30] = [
     "artifact-node-and-nodes",
     "filename-rewritten",
     "wrong-extension",
+    "diskimage-extension-case",
+    "diskimage-ovf",
     "url-not-http",
+    "url-scheme-uppercase",
     "checksum-algorithm",
     "checksum-length",
     "quantity-malformed",

@@ -57,6 +57,44 @@ pub(crate) struct Cluster {
     pub(crate) file_locks: BTreeMap<u32, u32>,
     pub(crate) boot_time: u64,
     next_pid: u32,
+    /// What pvestatd last published for each guest; `None` when the simulator reports the
+    /// live state on every read (a stats interval of zero).
+    pub(crate) stats: Option<BTreeMap<u32, GuestStats>>,
+}
+
+/// One guest's entry in pvestatd's last published status (its RRD update): what
+/// `/cluster/resources` and the pool member lists report as `name`, `status`, `template`
+/// and the sizes.
+///
+/// PVE: pve-manager `PVE/Service/pvestatd.pm` (`update_qemu_status`/`update_lxc_status`
+/// publish uptime, name, status, template, cpus, maxmem, ... for every guest of the node,
+/// `my $updatetime = 10;` between runs) and `PVE/API2Tools.pm` `extract_vm_stats` (a guest
+/// without an RRD entry is `status => 'unknown'` with no name, template or sizes), both
+/// @ 14a22df3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GuestStats {
+    pub(crate) name: String,
+    pub(crate) running: bool,
+    pub(crate) template: bool,
+    pub(crate) maxcpu: u64,
+    pub(crate) maxmem: u64,
+    pub(crate) maxdisk: u64,
+    pub(crate) started_at: Option<u64>,
+}
+
+impl GuestStats {
+    /// What pvestatd reads for `g` now.
+    pub(crate) fn of(g: &Guest) -> Self {
+        Self {
+            name: g.name(),
+            running: g.running,
+            template: g.is_template(),
+            maxcpu: g.cpus(),
+            maxmem: g.memory_mib() * 1024 * 1024,
+            maxdisk: g.maxdisk(),
+            started_at: g.started_at,
+        }
+    }
 }
 
 impl Cluster {
@@ -131,6 +169,7 @@ impl Cluster {
             file_locks: BTreeMap::new(),
             boot_time: now.saturating_sub(3600),
             next_pid: 0x1000 + rand::random_range(0..0x1000u32),
+            stats: None,
         };
         for v in &seed.volumes {
             let (sid, volname) = storage::split_volid(&v.volid)
@@ -193,6 +232,37 @@ impl Cluster {
             cluster.guests.insert(g.vmid, guest);
         }
         Ok(cluster)
+    }
+
+    /// Switches from live reporting to pvestatd's snapshots, taking the first one now (the
+    /// guests of the seed have been running under pvestatd before the simulator started).
+    pub(crate) fn use_stats_snapshots(&mut self) {
+        self.stats = Some(BTreeMap::new());
+        self.refresh_stats();
+    }
+
+    /// One pvestatd run: every guest's current state becomes what `/cluster/resources`
+    /// reports until the next run. Until then a guest removed since keeps its entry, so a
+    /// new guest that takes its vmid shows the old one's (assumed: pmxcfs keeps the RRD
+    /// entry of a vanished guest at least until pvestatd's next run).
+    pub(crate) fn refresh_stats(&mut self) {
+        if self.stats.is_some() {
+            let snapshot = self
+                .guests
+                .iter()
+                .map(|(id, g)| (*id, GuestStats::of(g)))
+                .collect();
+            self.stats = Some(snapshot);
+        }
+    }
+
+    /// What `/cluster/resources` reports of guest `vmid`: the last snapshot, `None` while
+    /// pvestatd has not seen it yet, or the live state when snapshots are off.
+    pub(crate) fn guest_stats(&self, g: &Guest) -> Option<GuestStats> {
+        match &self.stats {
+            None => Some(GuestStats::of(g)),
+            Some(stats) => stats.get(&g.vmid).cloned(),
+        }
     }
 
     /// The next (pid, pstart) for a task or a guest process.

@@ -109,6 +109,13 @@ impl SimControl {
             .is_some()
     }
 
+    /// Runs pvestatd's status update now, as if its next 10 s tick had come: guests created,
+    /// started, stopped or promoted since the last run show their new `status`, `name` and
+    /// `template` in `/cluster/resources`. Does nothing when the stats interval is zero.
+    pub fn refresh_stats(&self) {
+        self.shared.cluster().refresh_stats();
+    }
+
     /// Removes every fault.
     pub fn clear_faults(&self) {
         self.shared.faults().clear();

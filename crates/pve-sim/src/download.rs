@@ -36,9 +36,14 @@ pub(crate) fn check_extension(content: &str, filename: &str) -> Result<(), &'sta
         "vztmpl" => [".tar", ".tar.gz", ".tar.xz", ".tar.zst", ".tar.bz2"]
             .iter()
             .any(|e| lower.ends_with(e) && lower.len() > e.len()),
-        "import" => [".ova", ".ovf", ".qcow2", ".raw", ".vmdk"]
-            .iter()
-            .any(|e| lower.ends_with(e) && lower.len() > e.len()),
+        // Case-sensitive, and no `.ovf`: `$UPLOAD_IMPORT_EXT_RE_1 = qr/\.(ova|qcow2|raw|vmdk)/`
+        // after `SAFE_CHAR_CLASS_RE+` (pve-storage `src/PVE/Storage.pm` @ 0c56bad8, used in
+        // `API2/Storage/Status.pm` `download_url`); iso and vztmpl patterns carry `/i`.
+        "import" => [".ova", ".qcow2", ".raw", ".vmdk"].iter().any(|e| {
+            filename
+                .strip_suffix(e)
+                .is_some_and(|stem| !stem.is_empty() && stem.bytes().all(is_safe_char))
+        }),
         _ => true,
     };
     match (ok, content) {
@@ -46,6 +51,11 @@ pub(crate) fn check_extension(content: &str, filename: &str) -> Result<(), &'sta
         (false, "import") => Err("invalid filename or wrong extension"),
         (false, _) => Err("wrong file extension"),
     }
+}
+
+/// pve-storage `$SAFE_CHAR_CLASS_RE = qr/[a-zA-Z0-9\-\.\+\=\_]/`.
+fn is_safe_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'+' | b'=' | b'_')
 }
 
 /// Fetches `url`; errors read like the wget failures PVE reports.
@@ -125,5 +135,23 @@ mod tests {
             Err("invalid filename or wrong extension")
         );
         assert!(check_extension("import", "a.qcow2").is_ok());
+    }
+
+    #[test]
+    fn import_extensions_are_case_sensitive_and_ovf_is_not_one_as_in_pve_storage() {
+        for name in ["disk.QCOW2", "disk.Raw", "disk.ovf", ".qcow2"] {
+            assert_eq!(
+                check_extension("import", name),
+                Err("invalid filename or wrong extension"),
+                "{name}"
+            );
+        }
+        for name in ["disk.qcow2", "disk.raw", "disk.vmdk", "appliance.ova"] {
+            assert!(check_extension("import", name).is_ok(), "{name}");
+        }
+        assert!(
+            check_extension("vztmpl", "d.TAR.ZST").is_ok(),
+            "vztmpl is /i"
+        );
     }
 }

@@ -262,34 +262,235 @@ pub(crate) fn is_cdrom(value: &str) -> bool {
     p.get("media") == Some("cdrom") || p.get("file").is_some_and(|f| f.contains(":iso/"))
 }
 
-/// Changes a running guest takes at once; everything else stays pending until the next
-/// start (qemu `hotplug` default `network,disk,usb` plus the options PVE always applies).
-pub(crate) fn is_hotpluggable(kind: Kind, key: &str) -> bool {
+/// The pending changes (sets and deletes) a running guest takes at once: the keys PVE's
+/// `vmconfig_hotplug_pending` applies; everything else stays pending until the next start.
+///
+/// LXC: pve-container `src/PVE/LXC/Config.pm` @ 94f55852 `vmconfig_hotplug_pending`:
+/// `$LXC_FASTPLUG_OPTIONS` (description, onboot, startup, protection, hostname, hookscript,
+/// cores, tags, lock) set or deleted at once; sets of `cpulimit`, `cpuunits`, `memory`,
+/// `swap`, `netN`, and `mpN`/`devN` into an empty slot (`die "skip\n"` over an existing
+/// one); deletes of `unusedN`, `swap`, `cpulimit`, `cpuunits`, `netN`.
+///
+/// qemu: qemu-server `src/PVE/QemuServer.pm` @ e6352be6 `vmconfig_hotplug_pending` with
+/// `parse_hotplug_features` (absent or `1` = `network,disk,usb`, `0` = none):
+/// `$fast_plug_option` plus the cloud-init keys at once; `cpuunits`/`cpulimit`; `memory`
+/// with `memory` (and NUMA, `qemu_memory_hotplug`); `vcpus` with `cpu`; `balloon` unless
+/// it switches the device on or off; `agent` only for `fstrim_cloned_disks`
+/// (`vmconfig_update_agent`); `netN` per `vmconfig_update_net`; drives per
+/// `vmconfig_update_disk` (never `efidisk0`/`tpmstate0`; a new drive needs `disk` and not
+/// ide/sata); `usbN`/`tablet` with `usb` (`usbN` also ostype `l26` or Windows > 7). Hotplug
+/// errors (PVE's 400 `errors` from a PUT) are not modelled: a change PVE would fail to
+/// hot-plug simply stays pending.
+pub(crate) fn hotplugged(g: &Guest) -> BTreeSet<String> {
+    let mut live = BTreeSet::new();
+    for (key, value) in &g.pending {
+        let old = g.config.get(key).map(String::as_str);
+        let takes = match g.kind {
+            Kind::Lxc => lxc_set_live(key, old),
+            Kind::Qemu => qemu_set_live(g, key, value, old),
+        };
+        if takes {
+            live.insert(key.clone());
+        }
+    }
+    for key in &g.pending_delete {
+        let takes = match g.kind {
+            Kind::Lxc => lxc_delete_live(key),
+            Kind::Qemu => qemu_delete_live(g, key),
+        };
+        if takes {
+            live.insert(key.clone());
+        }
+    }
+    live
+}
+
+const LXC_FASTPLUG: &[&str] = &[
+    "description",
+    "onboot",
+    "startup",
+    "protection",
+    "hostname",
+    "hookscript",
+    "cores",
+    "tags",
+    "lock",
+];
+
+fn lxc_set_live(key: &str, old: Option<&str>) -> bool {
+    LXC_FASTPLUG.contains(&key)
+        || matches!(key, "cpulimit" | "cpuunits" | "memory" | "swap")
+        || is_net_key(key)
+        || ((numbered(key, "mp") || numbered(key, "dev")) && old.is_none())
+}
+
+fn lxc_delete_live(key: &str) -> bool {
+    LXC_FASTPLUG.contains(&key)
+        || is_unused_key(key)
+        || matches!(key, "swap" | "cpulimit" | "cpuunits")
+        || is_net_key(key)
+}
+
+/// `key` is `<prefix><digits>`.
+fn numbered(key: &str, prefix: &str) -> bool {
+    key.strip_prefix(prefix)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// qemu-server's `$fast_plug_option` and the cloud-init options (`$confdesc_cloudinit`).
+fn qemu_fastplug(key: &str) -> bool {
     const FAST: &[&str] = &[
-        "name",
         "description",
-        "onboot",
-        "tags",
-        "protection",
-        "startup",
-        "shares",
         "hookscript",
-        "vmstatestorage",
         "lock",
+        "migrate_downtime",
+        "migrate_speed",
+        "name",
+        "onboot",
+        "protection",
+        "shares",
+        "startup",
+        "tags",
+        "vmstatestorage",
+        "citype",
+        "ciuser",
+        "cipassword",
+        "ciupgrade",
+        "cicustom",
+        "searchdomain",
+        "nameserver",
+        "sshkeys",
     ];
-    if FAST.contains(&key) || is_net_key(key) {
+    FAST.contains(&key) || numbered(key, "ipconfig")
+}
+
+/// `parse_hotplug_features` of the value in effect.
+fn hotplug_feature(g: &Guest, feature: &str) -> bool {
+    let value = match g.config.get("hotplug").map(|v| v.trim()) {
+        None | Some("1") => "network,disk,usb",
+        Some(v) => v,
+    };
+    value.split(',').any(|f| f.trim() == feature)
+}
+
+fn usb_hotplug(g: &Guest) -> bool {
+    let ostype = g.config.get("ostype").map_or("", String::as_str);
+    let windows = ostype
+        .strip_prefix("win")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(0);
+    hotplug_feature(g, "usb") && (ostype == "l26" || windows > 7)
+}
+
+fn qemu_set_live(g: &Guest, key: &str, value: &str, old: Option<&str>) -> bool {
+    if qemu_fastplug(key) {
         return true;
     }
-    match kind {
-        Kind::Qemu => {
-            key.starts_with("usb")
-                || key == "balloon"
-                || ((key.starts_with("scsi") || key.starts_with("virtio")) && is_qemu_disk_key(key))
+    match key {
+        "cpuunits" | "cpulimit" => true,
+        "hotplug" => {
+            let cpu_or_memory = |v: &str| v.contains("memory") || v.contains("cpu");
+            !(cpu_or_memory(value) || old.is_some_and(cpu_or_memory))
         }
-        Kind::Lxc => {
-            matches!(key, "memory" | "swap" | "cores" | "cpulimit" | "cpuunits")
-                || (key.starts_with("mp") && is_lxc_volume_key(key))
+        "tablet" => hotplug_feature(g, "usb"),
+        "vcpus" => hotplug_feature(g, "cpu"),
+        "memory" => hotplug_feature(g, "memory") && g.config.get("numa").is_some_and(|n| n == "1"),
+        "balloon" => {
+            let enabled = |v: Option<&str>| v.is_none_or(|v| v.trim() != "0");
+            enabled(old) == enabled(Some(value))
         }
+        "agent" => {
+            let Some(old) = old else { return false };
+            let parts = |v: &str| {
+                let p = PropertyString::parse(v, Some("enabled"));
+                p.items()
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != "fstrim_cloned_disks")
+                    .cloned()
+                    .collect::<BTreeMap<_, _>>()
+            };
+            parts(value) == parts(old)
+        }
+        _ if numbered(key, "usb") => usb_hotplug(g),
+        _ if is_net_key(key) => qemu_net_live(g, value, old),
+        _ if is_qemu_disk_key(key) => qemu_drive_live(g, key, value, old),
+        _ => false,
+    }
+}
+
+/// `vmconfig_update_net`.
+fn qemu_net_live(g: &Guest, value: &str, old: Option<&str>) -> bool {
+    let network = hotplug_feature(g, "network");
+    let Some(old) = old else {
+        return network;
+    };
+    let (new, old) = (
+        PropertyString::parse(value, None),
+        PropertyString::parse(old, None),
+    );
+    let model = |p: &PropertyString| p.items().first().cloned();
+    let replug = model(&new) != model(&old)
+        || new.get("queues") != old.get("queues")
+        || new.get("mtu") != old.get("mtu")
+        || new.get("bridge").is_none()
+        || old.get("bridge").is_none();
+    !replug || network
+}
+
+/// `vmconfig_update_disk` (`efidisk0`/`tpmstate0` are skipped before it).
+fn qemu_drive_live(g: &Guest, key: &str, value: &str, old: Option<&str>) -> bool {
+    if key == "efidisk0" || key == "tpmstate0" {
+        return false;
+    }
+    let disk = hotplug_feature(g, "disk");
+    let new = PropertyString::parse(value, Some("file"));
+    let Some(old) = old.map(|o| PropertyString::parse(o, Some("file"))) else {
+        return disk && !key.starts_with("ide") && !key.starts_with("sata");
+    };
+    let media = |p: &PropertyString| p.get("media").unwrap_or("disk").to_string();
+    if media(&new) != media(&old) {
+        return false; // "unable to change media type"
+    }
+    if old.get("media") == Some("cdrom")
+        || old
+            .get("file")
+            .is_some_and(|f| f == "none" || f.contains(":iso/"))
+    {
+        return true; // change_medium
+    }
+    if new.get("file") != old.get("file") {
+        return disk;
+    }
+    ![
+        "aio", "discard", "iothread", "queues", "product", "cache", "ssd", "vendor", "ro",
+    ]
+    .iter()
+    .any(|k| new.get(k) != old.get(k))
+}
+
+fn qemu_delete_live(g: &Guest, key: &str) -> bool {
+    if qemu_fastplug(key) {
+        return true;
+    }
+    match key {
+        "cpuunits" | "cpulimit" => true,
+        "hotplug" => !g
+            .config
+            .get("hotplug")
+            .is_some_and(|v| v.contains("cpu") || v.contains("memory")),
+        "tablet" => hotplug_feature(g, "usb"),
+        "vcpus" => hotplug_feature(g, "cpu"),
+        "balloon" => g.config.get("balloon").is_none_or(|b| b != "0"),
+        "memory" => hotplug_feature(g, "memory"),
+        _ if numbered(key, "usb") => usb_hotplug(g),
+        _ if is_net_key(key) => hotplug_feature(g, "network"),
+        _ if is_qemu_disk_key(key) => {
+            hotplug_feature(g, "disk")
+                && !["efidisk", "ide", "sata", "tpmstate"]
+                    .iter()
+                    .any(|p| key.starts_with(p))
+        }
+        _ => false,
     }
 }
 

@@ -59,6 +59,6 @@ pub use seed::{
     StorageSeed, TokenSeed, UserSeed, VolumeSeed,
 };
 pub use server::{
-    DEFAULT_LOCK_TIMEOUT, DEFAULT_PROXY_TIMEOUT, DEFAULT_TASK_DURATION, RunningSim, SimConfig,
-    start,
+    DEFAULT_LOCK_TIMEOUT, DEFAULT_PROXY_TIMEOUT, DEFAULT_STATS_INTERVAL, DEFAULT_TASK_DURATION,
+    RunningSim, SimConfig, start,
 };

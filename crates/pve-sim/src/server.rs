@@ -26,6 +26,9 @@ use crate::state::{Settings, Shared};
 pub const DEFAULT_TASK_DURATION: Duration = Duration::from_millis(200);
 /// How long a write waits for a config file lock held by another task (PVE: 10 s).
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often pvestatd publishes guest status (pve-manager `PVE/Service/pvestatd.pm`
+/// @ 14a22df3: `my $updatetime = 10;`).
+pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(10);
 /// How long pveproxy waits for the daemon's answer to a proxied call before it answers 596
 /// (pve-http-server 5c9e4ea `src/PVE/APIServer/AnyEvent.pm` `proxy_request`: `timeout => 30`).
 pub const DEFAULT_PROXY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -64,6 +67,10 @@ pub struct SimConfig {
     pub auth_failure_delay: Duration,
     /// Validate every request against the vendored PVE schema (answers 400/501 like PVE).
     pub validate: bool,
+    /// How often pvestatd's stand-in publishes what `/cluster/resources` reports of guests
+    /// (`status`, `name`, `template`, sizes); a guest created since the last run is
+    /// `status: unknown`. Zero reports the live state on every read (no lag).
+    pub stats_interval: Duration,
 }
 
 impl Default for SimConfig {
@@ -80,6 +87,7 @@ impl Default for SimConfig {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             auth_failure_delay: Duration::ZERO,
             validate: true,
+            stats_interval: DEFAULT_STATS_INTERVAL,
         }
     }
 }
@@ -151,7 +159,11 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSi
     } else {
         None
     };
-    let cluster = Cluster::from_seed(&config.seed, &config.root_password, &config.token_secret)?;
+    let mut cluster =
+        Cluster::from_seed(&config.seed, &config.root_password, &config.token_secret)?;
+    if !config.stats_interval.is_zero() {
+        cluster.use_stats_snapshots();
+    }
     let settings = Settings {
         task_duration: config.task_duration,
         task_durations: config.task_durations.clone(),
@@ -165,6 +177,11 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSi
     let shared = Arc::new(Shared::new(settings, cluster));
     let fingerprint = cert.as_ref().map(|c| c.fingerprint.clone());
     let acceptor = cert.map(|c| tokio_rustls::TlsAcceptor::from(c.config));
+    if !config.stats_interval.is_zero() {
+        shared
+            .tracker
+            .spawn(stats_loop(Arc::clone(&shared), config.stats_interval));
+    }
     let accept = tokio::spawn(accept_loop(Arc::clone(&shared), listener, acceptor));
     Ok(RunningSim {
         addr,
@@ -173,6 +190,17 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSi
         control: SimControl::new(shared),
         accept: Some(accept),
     })
+}
+
+/// pvestatd's stand-in: publishes every guest's state each `interval` (pve-manager
+/// `PVE/Service/pvestatd.pm` `run` @ 14a22df3: `$next_update = time() + $updatetime`).
+async fn stats_loop(shared: Arc<Shared>, interval: Duration) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => shared.cluster().refresh_stats(),
+            () = shared.cancel.cancelled() => break,
+        }
+    }
 }
 
 async fn accept_loop(

@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(items[0].size, Some(654_311_424));
         assert_eq!(items[0].file_name(), "debian-12.0.0-amd64-netinst.iso");
         assert_eq!(items[1].content, "vztmpl");
-        assert_eq!(items[1].format, "tar.zst");
+        assert_eq!(items[1].format, "tzst");
     }
 
     #[test]

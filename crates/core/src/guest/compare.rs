@@ -98,8 +98,8 @@ impl GuestDiff {
         !(self.set.is_empty() && self.delete.is_empty() && self.resize.is_empty())
     }
 
-    fn write(&mut self, guest_type: GuestType, key: &str, value: String, stop: bool) {
-        if stop || is_stop_key(guest_type, key) {
+    fn write(&mut self, guest_type: GuestType, key: &str, value: String, in_effect: &LiveConfig) {
+        if held_until_restart(guest_type, key, &value, in_effect) {
             self.needs_stop = true;
             self.stop_keys.insert(key.to_owned());
         }
@@ -125,20 +125,43 @@ pub fn compare(
     let guest_type = rendered.guest_type;
     let clone_backed = context.clone_backed || rendered.clone.is_some();
     let mut diff = GuestDiff::default();
+    // What PVE hot-plugs is decided against the values in effect, not pending ones.
+    let in_effect = live.current();
+    let in_effect = &in_effect;
 
     for (key, owned) in &rendered.owned {
         let observed = live.get(key);
         match &owned.rule {
-            Rule::Disk(rule) => {
-                compare_disk(guest_type, key, &owned.value, rule, observed, &mut diff)
+            Rule::Disk(rule) => compare_disk(
+                guest_type,
+                key,
+                &owned.value,
+                rule,
+                observed,
+                in_effect,
+                &mut diff,
+            ),
+            Rule::BindMount => {
+                compare_bind(
+                    guest_type,
+                    key,
+                    &owned.value,
+                    observed,
+                    in_effect,
+                    &mut diff,
+                );
             }
-            Rule::BindMount => compare_bind(guest_type, key, &owned.value, observed, &mut diff),
             // Right after a full clone the mask PVE shows is the template's password: the
             // manifest's is written once, as on create (later passes see it as satisfied).
             Rule::SealedPassword(_) if context.clone_backed => {
-                diff.write(guest_type, key, owned.value.clone(), false);
+                diff.write(guest_type, key, owned.value.clone(), in_effect);
             }
-            rule if matches(rule, &owned.value, observed) => {}
+            // A key PVE leaves out of the config is in effect at its documented default.
+            rule if matches(
+                rule,
+                &owned.value,
+                observed.or_else(|| absent_default(guest_type, key)),
+            ) => {}
             // A CD-ROM written over a live disk would detach the disk.
             _ if guest_type == GuestType::Qemu
                 && is_disk_key(key)
@@ -153,7 +176,7 @@ pub fn compare(
             }
             rule => {
                 let value = written_value(rule, &owned.value, observed);
-                diff.write(guest_type, key, value, false);
+                diff.write(guest_type, key, value, in_effect);
             }
         }
     }
@@ -225,38 +248,246 @@ fn holds_volume(raw: &str) -> bool {
         || file.contains(":iso/"))
 }
 
-/// Keys PVE applies only to a stopped guest: the Go program's stop-required markers, plus
-/// the qemu slots PVE cannot hotplug (ide, sata, nvme, `efidisk0`), minus LXC `onboot`,
-/// `protection` and `startup`, which PVE always applies at once.
-fn is_stop_key(guest_type: GuestType, key: &str) -> bool {
-    match guest_type {
-        GuestType::Qemu => {
-            matches!(
-                key,
-                "memory"
-                    | "cores"
-                    | "cpu"
-                    | "sockets"
-                    | "numa"
-                    | "machine"
-                    | "bios"
-                    | "serial0"
-                    | "scsihw"
-                    | "tpmstate0"
-                    | "efidisk0"
-            ) || numbered(key, "net")
-                || numbered(key, "hostpci")
-                // PVE hotplugs only scsi and virtio disks.
-                || (is_disk_key(key) && !key.starts_with("scsi") && !key.starts_with("virtio"))
-        }
-        GuestType::Lxc => {
-            matches!(
-                key,
-                "memory" | "swap" | "cores" | "arch" | "rootfs" | "features" | "console"
-            ) || numbered(key, "mp")
-                || numbered(key, "net")
-        }
+/// The value PVE runs a guest with when its config has no `key` (the schema's `default`),
+/// for the keys `qm create`/`pct create` leave out when not given: qemu `memory` 512
+/// (qemu-server `src/PVE/QemuServer/Memory.pm` `current`, `default => 512` in the 9.1 API
+/// schema), `cores` and `sockets` 1, `cpu` `kvm64` (`src/PVE/QemuServer/CPUConfig.pm`
+/// `cputype`, `default => 'kvm64'`); LXC `memory` and `swap` 512 (pve-container
+/// `src/PVE/LXC/Config.pm` `$confdesc`). An LXC without `cores` may use every host core:
+/// no default to compare with.
+fn absent_default(guest_type: GuestType, key: &str) -> Option<&'static str> {
+    match (guest_type, key) {
+        (GuestType::Qemu, "memory") | (GuestType::Lxc, "memory" | "swap") => Some("512"),
+        (GuestType::Qemu, "cores" | "sockets") => Some("1"),
+        (GuestType::Qemu, "cpu") => Some("kvm64"),
+        _ => None,
     }
+}
+
+/// Whether PVE holds a write of `key` = `value` in `[PENDING]` on a running guest, to apply
+/// it only at the next start, given the config in effect (`in_effect`: current values, no
+/// pending ones). Everything else PVE applies at once or hot-plugs.
+///
+/// LXC: pve-container `src/PVE/LXC/Config.pm` @ 94f55852 `vmconfig_hotplug_pending`:
+/// `$LXC_FASTPLUG_OPTIONS` (description, onboot, startup, protection, hostname, hookscript,
+/// cores, tags, lock) are applied at once; `cpulimit`, `cpuunits`, `memory`, `swap` (cgroup
+/// limits) and `netN` are hot-plugged; `mpN` and `devN` only into a slot that is empty in
+/// effect (`die "skip\n"; # don't try to hotplug over existing mp`); everything else stays
+/// pending.
+///
+/// qemu: qemu-server `src/PVE/QemuServer.pm` @ e6352be6 `vmconfig_hotplug_pending`, with the
+/// guest's `hotplug` features (`parse_hotplug_features`: absent or `1` = the schema default
+/// `network,disk,usb`, `0` = none): `$fast_plug_option` and the cloud-init keys at once;
+/// `cpuunits`, `cpulimit` live; `memory` only with the `memory` feature (and NUMA, which
+/// `qemu_memory_hotplug` needs for DIMMs); `vcpus` only with `cpu` (`cores`, `sockets`,
+/// `cpu`, `numa`, `machine`, ... never); `balloon` unless it switches the balloon device on
+/// or off; `agent` only for `fstrim_cloned_disks`; `netN` per `vmconfig_update_net` and
+/// drives per `vmconfig_update_disk` (see [`qemu_net_held`], [`qemu_drive_held`]); `usbN`
+/// and `tablet` only with `usb` (`usbN` also needs ostype `l26` or Windows newer than 7).
+pub(crate) fn held_until_restart(
+    guest_type: GuestType,
+    key: &str,
+    value: &str,
+    in_effect: &LiveConfig,
+) -> bool {
+    match guest_type {
+        GuestType::Lxc => lxc_held(key, in_effect),
+        GuestType::Qemu => qemu_held(key, value, in_effect),
+    }
+}
+
+fn lxc_held(key: &str, in_effect: &LiveConfig) -> bool {
+    const FASTPLUG: [&str; 9] = [
+        "description",
+        "onboot",
+        "startup",
+        "protection",
+        "hostname",
+        "hookscript",
+        "cores",
+        "tags",
+        "lock",
+    ];
+    if FASTPLUG.contains(&key)
+        || matches!(key, "cpulimit" | "cpuunits" | "memory" | "swap")
+        || numbered(key, "net")
+    {
+        return false;
+    }
+    if numbered(key, "mp") || numbered(key, "dev") {
+        return in_effect.get(key).is_some();
+    }
+    true
+}
+
+/// qemu-server's hotplug features of a guest (`parse_hotplug_features`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Hotplug {
+    network: bool,
+    disk: bool,
+    cpu: bool,
+    memory: bool,
+    usb: bool,
+}
+
+impl Hotplug {
+    fn of(in_effect: &LiveConfig) -> Self {
+        let value = match in_effect.get("hotplug").map(str::trim) {
+            None | Some("1") => "network,disk,usb",
+            Some(v) => v,
+        };
+        let mut features = Self::default();
+        for feature in value.split([',', ';', ' ']).map(str::trim) {
+            match feature {
+                "network" => features.network = true,
+                "disk" => features.disk = true,
+                "cpu" => features.cpu = true,
+                "memory" => features.memory = true,
+                "usb" => features.usb = true,
+                _ => {}
+            }
+        }
+        features
+    }
+}
+
+fn qemu_held(key: &str, value: &str, in_effect: &LiveConfig) -> bool {
+    const FASTPLUG: [&str; 12] = [
+        "description",
+        "hookscript",
+        "lock",
+        "migrate_downtime",
+        "migrate_speed",
+        "name",
+        "onboot",
+        "protection",
+        "shares",
+        "startup",
+        "tags",
+        "vmstatestorage",
+    ];
+    const CLOUD_INIT: [&str; 8] = [
+        "citype",
+        "ciuser",
+        "cipassword",
+        "ciupgrade",
+        "cicustom",
+        "searchdomain",
+        "nameserver",
+        "sshkeys",
+    ];
+    if FASTPLUG.contains(&key) || CLOUD_INIT.contains(&key) || numbered(key, "ipconfig") {
+        return false;
+    }
+    let hot = Hotplug::of(in_effect);
+    let old = in_effect.get(key);
+    match key {
+        "cpuunits" | "cpulimit" => false,
+        "hotplug" => {
+            let cpu_or_memory = |v: &str| v.contains("memory") || v.contains("cpu");
+            cpu_or_memory(value) || old.is_some_and(cpu_or_memory)
+        }
+        "tablet" => !hot.usb,
+        "vcpus" => !hot.cpu,
+        "memory" => !(hot.memory && in_effect.get("numa").and_then(parse_bool) == Some(true)),
+        "balloon" => {
+            let enabled = |v: Option<&str>| v.is_none_or(|v| v.trim() != "0");
+            enabled(old) != enabled(Some(value))
+        }
+        "agent" => agent_held(value, old),
+        _ if numbered(key, "usb") => {
+            let ostype = in_effect.get("ostype").unwrap_or("");
+            let windows = ostype
+                .strip_prefix("win")
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(0);
+            !(hot.usb && (ostype == "l26" || windows > 7))
+        }
+        _ if numbered(key, "net") => qemu_net_held(value, old, hot),
+        _ if is_disk_key(key) => qemu_drive_held(key, value, old, hot),
+        _ => true,
+    }
+}
+
+/// `vmconfig_update_agent`: only `fstrim_cloned_disks` changes live, and only when an
+/// `agent` value is in effect.
+fn agent_held(value: &str, old: Option<&str>) -> bool {
+    let Some(old) = old else {
+        return true;
+    };
+    let parts = |v: &str| {
+        PropertyString::parse(v, Some("enabled"))
+            .items()
+            .iter()
+            .filter(|(k, _)| k != "fstrim_cloned_disks")
+            .cloned()
+            .collect::<BTreeMap<_, _>>()
+    };
+    parts(value) != parts(old)
+}
+
+/// `vmconfig_update_net`: a NIC in effect takes a new bridge, VLAN tag, trunks, firewall,
+/// rate or link state at once; a new model, MAC, queue count or MTU (or a NIC without
+/// bridge) means unplug and replug, which needs the `network` feature, as does a new NIC.
+fn qemu_net_held(value: &str, old: Option<&str>, hot: Hotplug) -> bool {
+    let Some(old) = old else {
+        return !hot.network;
+    };
+    let (new_nic, old_nic) = (
+        PropertyString::parse(value, None),
+        PropertyString::parse(old, None),
+    );
+    // `virtio=<MAC>` (or `model=virtio,macaddr=<MAC>`) comes first.
+    let model = |p: &PropertyString| p.items().first().cloned().unwrap_or_default();
+    let replug = model(&new_nic) != model(&old_nic)
+        || ["queues", "mtu"]
+            .iter()
+            .any(|k| new_nic.get(k) != old_nic.get(k))
+        || new_nic.get("bridge").is_none()
+        || old_nic.get("bridge").is_none();
+    replug && !hot.network
+}
+
+/// `vmconfig_update_disk`: `efidisk0` and `tpmstate0` are never hot-plugged; a CD-ROM in
+/// effect takes a new medium at once; a disk in effect takes throttle limits, size, backup
+/// and the like at once, but not a new `aio`, `discard`, `iothread`, `queues`, `product`,
+/// `cache`, `ssd`, `vendor` or `ro` (held), and a different volume needs the `disk`
+/// feature; a new drive needs `disk` and a slot other than ide or sata.
+fn qemu_drive_held(key: &str, value: &str, old: Option<&str>, hot: Hotplug) -> bool {
+    if key == "efidisk0" || key == "tpmstate0" {
+        return true;
+    }
+    let new = PropertyString::parse(value, Some("file"));
+    let old = old
+        .map(|o| PropertyString::parse(o, Some("file")))
+        .filter(|o| o.get("file").is_some());
+    let Some(old) = old else {
+        return !hot.disk || key.starts_with("ide") || key.starts_with("sata");
+    };
+    // A cloud-init drive is allocated (`create_disks`) before it goes pending, as a CD-ROM.
+    let media = |p: &PropertyString| {
+        if p.get("file").is_some_and(|f| f.contains("cloudinit")) {
+            "cdrom".to_owned()
+        } else {
+            p.get("media").unwrap_or("disk").to_owned()
+        }
+    };
+    if media(&new) != media(&old) {
+        // "unable to change media type": PVE leaves it pending with an error.
+        return true;
+    }
+    let old_file = old.get("file").unwrap_or("");
+    if old.get("media") == Some("cdrom") || old_file.contains(":iso/") || old_file == "none" {
+        return false;
+    }
+    if new.get("file") != old.get("file") {
+        return !hot.disk;
+    }
+    [
+        "aio", "discard", "iothread", "queues", "product", "cache", "ssd", "vendor", "ro",
+    ]
+    .iter()
+    .any(|k| new.get(k) != old.get(k))
 }
 
 /// Whether the live value satisfies an owned value under a (non-volume) rule.
@@ -509,6 +740,7 @@ fn compare_disk(
     create_form: &str,
     rule: &DiskRule,
     observed: Option<&str>,
+    in_effect: &LiveConfig,
     diff: &mut GuestDiff,
 ) {
     let bare = volume_key(guest_type, key);
@@ -523,7 +755,7 @@ fn compare_disk(
     let replaceable =
         empty || (rule.role == DiskRole::CloudInit && is_cdrom && !is_cloudinit_volume);
     if replaceable {
-        diff.write(guest_type, key, create_form.to_owned(), false);
+        diff.write(guest_type, key, create_form.to_owned(), in_effect);
         if let (Some(_), Some(size)) = (&rule.import_from, rule.size) {
             diff.resize.push(Resize {
                 slot: key.to_owned(),
@@ -614,8 +846,7 @@ fn compare_disk(
     for (k, v) in &changed {
         rewritten.set(k, v);
     }
-    let stop = guest_type == GuestType::Qemu && changed.iter().any(|(k, _)| k == "iothread");
-    diff.write(guest_type, key, rewritten.to_value(Some(bare)), stop);
+    diff.write(guest_type, key, rewritten.to_value(Some(bare)), in_effect);
 }
 
 fn compare_bind(
@@ -623,10 +854,11 @@ fn compare_bind(
     key: &str,
     desired: &str,
     observed: Option<&str>,
+    in_effect: &LiveConfig,
     diff: &mut GuestDiff,
 ) {
     let Some(observed) = observed else {
-        diff.write(guest_type, key, desired.to_owned(), false);
+        diff.write(guest_type, key, desired.to_owned(), in_effect);
         return;
     };
     let d = PropertyString::parse(desired, Some("volume"));
@@ -644,7 +876,7 @@ fn compare_bind(
     let mut options = d.clone();
     options.remove("volume");
     if !parts_match(&options, &o) {
-        diff.write(guest_type, key, desired.to_owned(), false);
+        diff.write(guest_type, key, desired.to_owned(), in_effect);
     }
 }
 
@@ -1075,7 +1307,8 @@ mod tests {
                 "local-lvm:vm-100-disk-0,backup=0,size=32G,discard=on,ssd=1"
             )])
         );
-        assert!(!diff.needs_stop, "discard and ssd change in place");
+        // qemu-server `vmconfig_update_disk` skips (holds) a discard or ssd change.
+        assert_eq!(diff.stop_keys.iter().collect::<Vec<_>>(), ["scsi0"]);
 
         // iothread=0 is PVE's default and left out of its report: no drift.
         let mut l = base.to_vec();
@@ -1158,7 +1391,12 @@ mod tests {
             diff.set,
             set(&[("net1", "virtio=BC:24:11:AA:BB:CC,bridge=vmbr1")])
         );
-        assert!(diff.needs_stop, "NIC changes are stop-required");
+        // A new MAC means unplug and replug: PVE does it live with the default `network`
+        // hotplug feature (qemu-server `vmconfig_update_net`), not with `hotplug: 0`.
+        assert!(!diff.needs_stop, "{diff:?}");
+        l.push(("hotplug", "0"));
+        let diff = compare_qemu(&r, &l);
+        assert_eq!(diff.stop_keys.iter().collect::<Vec<_>>(), ["net1"]);
     }
 
     #[test]
@@ -1484,6 +1722,178 @@ mod tests {
         );
         assert_eq!(diff.set, set(&[("cpu", "host,flags=+aes")]));
         assert!(diff.needs_stop);
+    }
+
+    fn in_effect(guest_type: GuestType, pairs: &[(&str, &str)]) -> LiveConfig {
+        LiveConfig::from_pairs(guest_type, pairs.iter().copied())
+    }
+
+    #[test]
+    fn a_running_container_takes_cores_memory_swap_cpu_limits_nics_and_new_mount_points_live() {
+        let ct = in_effect(
+            GuestType::Lxc,
+            &[
+                ("memory", "512"),
+                ("cores", "1"),
+                ("rootfs", "local-lvm:vm-200-disk-0,size=4G"),
+                ("mp0", "local-lvm:vm-200-disk-1,mp=/srv,size=1G"),
+                ("net0", "name=eth0,bridge=vmbr0,ip=dhcp"),
+            ],
+        );
+        for (key, value) in [
+            ("cores", "2"),
+            ("memory", "1024"),
+            ("swap", "512"),
+            ("cpulimit", "2"),
+            ("cpuunits", "200"),
+            ("net0", "name=eth0,bridge=vmbr1,ip=dhcp"),
+            ("net1", "name=eth1,bridge=vmbr0"),
+            ("mp1", "local-lvm:2,mp=/data"),
+            ("dev0", "/dev/ttyUSB0"),
+            ("hostname", "ct"),
+            ("onboot", "1"),
+            ("tags", "proxops"),
+        ] {
+            assert!(
+                !held_until_restart(GuestType::Lxc, key, value, &ct),
+                "{key}"
+            );
+        }
+        for (key, value) in [
+            ("mp0", "local-lvm:vm-200-disk-1,mp=/srv,backup=0,size=1G"),
+            (
+                "rootfs",
+                "local-lvm:vm-200-disk-0,size=4G,mountoptions=noatime",
+            ),
+            ("features", "nesting=1"),
+            ("arch", "arm64"),
+            ("console", "0"),
+            ("nameserver", "10.0.0.1"),
+        ] {
+            assert!(held_until_restart(GuestType::Lxc, key, value, &ct), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_running_vm_holds_cores_and_memory_unless_its_hotplug_features_and_numa_allow_them() {
+        let base = [
+            ("memory", "2048"),
+            ("cores", "2"),
+            ("ostype", "l26"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ("ide0", "local-lvm:vm-100-disk-1,size=1G"),
+            ("ide2", "local:iso/d.iso,media=cdrom"),
+            ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0"),
+        ];
+        let default = in_effect(GuestType::Qemu, &base);
+        let held = |vm: &LiveConfig, key: &str, value: &str| {
+            held_until_restart(GuestType::Qemu, key, value, vm)
+        };
+        // Never live: CPU topology and type, machine, BIOS, hostpci, EFI/TPM state.
+        for (key, value) in [
+            ("cores", "4"),
+            ("sockets", "2"),
+            ("cpu", "host"),
+            ("machine", "q35"),
+            ("bios", "ovmf"),
+            ("hostpci0", "0000:01:00.0"),
+            ("efidisk0", "local-lvm:1,efitype=4m"),
+            ("scsihw", "virtio-scsi-single"),
+        ] {
+            assert!(held(&default, key, value), "{key}");
+        }
+        // The default `network,disk,usb`: memory and vcpus are held, NICs and scsi disks not.
+        assert!(held(&default, "memory", "4096"));
+        assert!(held(&default, "vcpus", "1"));
+        assert!(!held(
+            &default,
+            "net0",
+            "virtio=BC:24:11:00:00:01,bridge=vmbr1,tag=5"
+        ));
+        assert!(!held(
+            &default,
+            "net0",
+            "e1000=BC:24:11:00:00:01,bridge=vmbr0"
+        ));
+        assert!(!held(&default, "net1", "virtio,bridge=vmbr0"));
+        assert!(!held(&default, "scsi1", "local-lvm:4"));
+        assert!(held(&default, "sata1", "local-lvm:4"), "no sata hotplug");
+        assert!(!held(&default, "ide2", "local:iso/other.iso,media=cdrom"));
+        assert!(!held(
+            &default,
+            "scsi0",
+            "local-lvm:vm-100-disk-0,size=8G,mbps_rd=100"
+        ));
+        assert!(held(
+            &default,
+            "scsi0",
+            "local-lvm:vm-100-disk-0,size=8G,iothread=1"
+        ));
+        assert!(!held(&default, "usb0", "host=spice"));
+        assert!(!held(&default, "cpuunits", "200"));
+        assert!(!held(&default, "ciuser", "ops"));
+        assert!(!held(&default, "ipconfig0", "ip=dhcp"));
+        assert!(!held(&default, "balloon", "1024"));
+        assert!(
+            held(&default, "balloon", "0"),
+            "switching the balloon device off"
+        );
+        // memory needs the feature and NUMA; cpu makes vcpus live.
+        let mut with = base.to_vec();
+        with.push(("hotplug", "network,disk,memory,cpu"));
+        assert!(
+            held(&in_effect(GuestType::Qemu, &with), "memory", "4096"),
+            "no numa"
+        );
+        with.push(("numa", "1"));
+        let hot = in_effect(GuestType::Qemu, &with);
+        assert!(!held(&hot, "memory", "4096"));
+        assert!(!held(&hot, "vcpus", "1"));
+        assert!(held(&hot, "cores", "4"), "cores are never hot-plugged");
+        assert!(held(&hot, "usb0", "host=spice"), "usb is not in this list");
+        // hotplug 0: a new NIC or disk waits for a restart too.
+        let mut off = base.to_vec();
+        off.push(("hotplug", "0"));
+        let off = in_effect(GuestType::Qemu, &off);
+        assert!(held(&off, "net1", "virtio,bridge=vmbr0"));
+        assert!(held(&off, "scsi1", "local-lvm:4"));
+        assert!(
+            !held(&off, "net0", "virtio=BC:24:11:00:00:01,bridge=vmbr1"),
+            "a bridge change is live"
+        );
+    }
+
+    #[test]
+    fn a_vm_pve_created_without_memory_cores_or_cpu_matches_a_manifest_of_pves_defaults() {
+        let r = rendered(
+            &doc(
+                "VM",
+                "web",
+                "  node: pve1\n  vmid: 100\n  memory: 512MiB\n  cpu: {type: kvm64, cores: 1}\n  disks: [{storage: local-lvm, size: 8GiB}]\n",
+            ),
+            &artifacts(),
+        );
+        let live = [
+            ("name", "web"),
+            ("tags", "proxops"),
+            ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+        ];
+        let diff = compare_qemu(&r, &live);
+        assert!(diff.set.is_empty(), "{diff:#?}");
+        // Any other value is still written.
+        let r = rendered(
+            &doc(
+                "VM",
+                "web",
+                "  node: pve1\n  vmid: 100\n  memory: 1GiB\n  cpu: {type: host, cores: 2}\n  disks: [{storage: local-lvm, size: 8GiB}]\n",
+            ),
+            &artifacts(),
+        );
+        let diff = compare_qemu(&r, &live);
+        assert_eq!(
+            diff.set.keys().collect::<Vec<_>>(),
+            ["cores", "cpu", "memory"]
+        );
     }
 
     #[test]

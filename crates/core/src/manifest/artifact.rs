@@ -79,7 +79,13 @@ impl ArtifactSpec {
     }
 }
 
-/// The file extensions PVE accepts for each artifact kind.
+/// The file extensions PVE accepts for each artifact kind, as pve-storage's `download_url`
+/// checks them (`src/PVE/API2/Storage/Status.pm` @ 0c56bad8, with the patterns of
+/// `src/PVE/Storage.pm`): ISO `$ISO_EXT_RE_0 = qr/\.(?:iso|img)/i` and CTTemplate
+/// `$VZTMPL_EXT_RE_1` (`/i`) in any case; DiskImage `$UPLOAD_IMPORT_EXT_RE_1 =
+/// qr/\.(ova|qcow2|raw|vmdk)/`, case-sensitive. `.ova` is
+/// not offered: an OVA is an archive a disk must be picked from (`import-from=...ova/<disk>`),
+/// which the DiskImage model does not do; `.ovf` is no extension PVE downloads at all.
 pub fn extensions(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::Iso => &[".iso", ".img"],
@@ -87,6 +93,12 @@ pub fn extensions(kind: Kind) -> &'static [&'static str] {
         Kind::DiskImage => &[".qcow2", ".vmdk", ".raw"],
         _ => &[],
     }
+}
+
+/// Whether PVE matches `kind`'s extensions in any case (ISO and CTTemplate) or exactly as
+/// written (DiskImage: `disk.QCOW2` is refused with `invalid filename or wrong extension`).
+pub(crate) fn extensions_ignore_case(kind: Kind) -> bool {
+    kind != Kind::DiskImage
 }
 
 /// Whether PVE keeps `name` as is: `^[A-Za-z0-9][A-Za-z0-9._-]*$`.
@@ -99,16 +111,14 @@ fn is_plain_filename(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// The host part of an http(s) URL, when it is one.
+/// The host part of an http(s) URL, when it is one. The scheme must be lower case, as
+/// download-url's `url` pattern `https?://.*` is matched case-sensitively (pve-storage
+/// `src/PVE/API2/Storage/Status.pm` @ 0c56bad8 `download_url`; pve-common
+/// `JSONSchema.pm` anchors `pattern` as `^(?^:...)$` without `/i`).
 fn http_host(url: &str) -> Option<&str> {
-    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
-    let rest = if lower.starts_with("https://") {
-        &url[8..]
-    } else if lower.starts_with("http://") {
-        &url[7..]
-    } else {
-        return None;
-    };
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
     let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
     (!host.is_empty() && !url.chars().any(char::is_whitespace)).then_some(host)
 }
@@ -146,10 +156,15 @@ pub(crate) fn check_artifact(
             return None;
         }
         let accepted = extensions(kind);
-        let lower = f.to_ascii_lowercase();
-        if !accepted.iter().any(|ext| lower.ends_with(ext) && lower.len() > ext.len()) {
+        let name = if extensions_ignore_case(kind) { f.to_ascii_lowercase() } else { f.clone() };
+        if !accepted.iter().any(|ext| name.ends_with(ext) && name.len() > ext.len()) {
             let list = accepted.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ");
-            ck.error_help("spec.filename", format!("`{f}` does not have the extension of {kind} files"), format!("{kind} file names end in one of {list}"));
+            let help = if extensions_ignore_case(kind) {
+                format!("{kind} file names end in one of {list}")
+            } else {
+                format!("{kind} file names end in one of {list}, in lower case: PVE checks the extension of import files case-sensitively and refuses others (`invalid filename or wrong extension`)")
+            };
+            ck.error_help("spec.filename", format!("`{f}` does not have the extension of {kind} files"), help);
             return None;
         }
         Some(f.clone())
@@ -163,7 +178,7 @@ pub(crate) fn check_artifact(
             ck.error_help(
                 "spec.url",
                 format!("`{u}` is not an http(s) URL"),
-                "PVE downloads only from `http://` or `https://` URLs",
+                "PVE downloads only from `http://` or `https://` URLs, the scheme in lower case",
             );
             return None;
         }
@@ -427,7 +442,16 @@ mod tests {
                 "  nodes: [pve1]\n  storage: local\n  filename: a.iso\n  url: ftp://x.org/a.iso\n",
             ),
             &[
-                "test.yaml:9:8: error: spec.url: `ftp://x.org/a.iso` is not an http(s) URL\n  help: PVE downloads only from `http://` or `https://` URLs",
+                "test.yaml:9:8: error: spec.url: `ftp://x.org/a.iso` is not an http(s) URL\n  help: PVE downloads only from `http://` or `https://` URLs, the scheme in lower case",
+            ],
+        );
+        // download-url's `^https?://.*$` is case-sensitive: PVE answers 400 for `HTTPS://`.
+        assert_errors(
+            &iso(
+                "  nodes: [pve1]\n  storage: local\n  filename: a.iso\n  url: HTTPS://x.org/a.iso\n",
+            ),
+            &[
+                "test.yaml:9:8: error: spec.url: `HTTPS://x.org/a.iso` is not an http(s) URL\n  help: PVE downloads only from `http://` or `https://` URLs, the scheme in lower case",
             ],
         );
     }

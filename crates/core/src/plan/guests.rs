@@ -639,7 +639,13 @@ fn plan_present(
     // Power and template state.
     let wants_template = declared.template();
     let mut power_change = false;
-    if wants_template && !live.template {
+    // `/cluster/resources` reports `template` from pvestatd's last run (pve-manager
+    // `PVE/API2Tools.pm` `extract_vm_stats`, refreshed every 10 s by `pvestatd.pm`), so a
+    // pass right after a promote still sees `template: 0` there; the config just read has
+    // `template: 1` at once (qemu-server `template_create`, pve-container `vztemplate`
+    // worker `$conf->{template} = 1`). Either says the guest is a template.
+    let is_template = live.template || config.is_template();
+    if wants_template && !is_template {
         if report_only {
             plan.findings.push(with_message(
                 declared.finding(FindingKind::Drift, "template", "1", "0"),
@@ -1156,6 +1162,28 @@ mod tests {
                 ("TemplateVM/golden".into(), "promote")
             ]
         );
+    }
+
+    #[test]
+    fn a_template_whose_config_says_template_is_not_promoted_while_cluster_resources_lags() {
+        // Right after a promote: the config has `template: 1`, pvestatd has not published
+        // it yet, so `/cluster/resources` still says `template: 0` (or has no entry).
+        let tvm = vm("golden", 9000, "").replace("kind: VM", "kind: TemplateVM");
+        let state = desired(&[&tvm]);
+        for status in ["stopped", "unknown"] {
+            let mut observed = ObservedState::default();
+            let config = live_of(&state, Kind::TemplateVm, "golden", 9000);
+            assert!(config.is_template());
+            let mut g = guest(9000, status, config);
+            g.template = false;
+            observed.add_guest(g);
+            let plan = run(&state, &observed, &all());
+            assert_eq!(
+                verbs(&plan),
+                Vec::<(String, &str)>::new(),
+                "status {status}"
+            );
+        }
     }
 
     #[test]

@@ -12,28 +12,47 @@ pub(super) fn version() -> Value {
     json!({ "version": "9.1.1", "release": "9.1", "repoid": "a2c3c8f1" })
 }
 
-/// The entry of a guest in `/cluster/resources`.
+/// The entry of a guest in `/cluster/resources` (and a pool's member list).
+///
+/// PVE: pve-manager `PVE/API2/Cluster.pm` `resources` @ 14a22df3 builds it with
+/// `PVE::API2Tools::extract_vm_stats`: `id`, `vmid`, `node`, `type` from the vmlist (at
+/// once), everything else from pvestatd's RRD entry — `uptime`, `name`, `status`,
+/// `template`, `maxcpu`, `maxmem`, `maxdisk` and the counters — or, with no entry yet,
+/// `status => 'unknown'` and nothing more; then `lock` and `tags` raw from the config's
+/// main section (`get_guest_config_properties`) and `pool` from the pool config, at once.
 fn guest_resource(cluster: &Cluster, g: &Guest, now: u64) -> Value {
     let mut v = json!({
         "id": format!("{}/{}", g.kind.as_str(), g.vmid),
         "type": g.kind.as_str(),
         "vmid": g.vmid,
         "node": g.node,
-        "status": if g.running { "running" } else { "stopped" },
-        "name": g.name(),
-        "template": u8::from(g.is_template()),
-        "maxcpu": g.cpus(),
-        "cpu": 0,
-        "maxmem": g.memory_mib() * 1024 * 1024,
-        "mem": if g.running { g.memory_mib() * 1024 * 1024 / 4 } else { 0 },
-        "maxdisk": g.maxdisk(),
-        "disk": 0,
-        "netin": 0,
-        "netout": 0,
-        "diskread": 0,
-        "diskwrite": 0,
-        "uptime": g.uptime(now),
+        "status": "unknown",
     });
+    if let Some(stats) = cluster.guest_stats(g) {
+        let uptime = stats
+            .started_at
+            .filter(|_| stats.running)
+            .map_or(0, |s| now.saturating_sub(s));
+        let extra = json!({
+            "status": if stats.running { "running" } else { "stopped" },
+            "name": stats.name,
+            "template": u8::from(stats.template),
+            "maxcpu": stats.maxcpu,
+            "cpu": 0,
+            "maxmem": stats.maxmem,
+            "mem": if stats.running { stats.maxmem / 4 } else { 0 },
+            "maxdisk": stats.maxdisk,
+            "disk": 0,
+            "netin": 0,
+            "netout": 0,
+            "diskread": 0,
+            "diskwrite": 0,
+            "uptime": uptime,
+        });
+        if let (Value::Object(out), Value::Object(extra)) = (&mut v, extra) {
+            out.extend(extra);
+        }
+    }
     if let Some(tags) = g.config.get("tags") {
         v["tags"] = tags.clone().into();
     }

@@ -359,7 +359,8 @@ fn apply(cluster: &mut Cluster, vmid: u32, u: &Update) -> Result<(), String> {
     }
     cleanup_pending(&mut g);
     if g.running {
-        disks::apply_pending(cluster, &mut g, &|k| guest::is_hotpluggable(kind, k));
+        let live = guest::hotplugged(&g);
+        disks::apply_pending(cluster, &mut g, &|k| live.contains(k));
     } else {
         disks::apply_pending(cluster, &mut g, &|_| true);
     }

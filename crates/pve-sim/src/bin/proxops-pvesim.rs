@@ -39,6 +39,10 @@ struct Args {
     /// Skip parameter validation against the PVE schema (debugging only).
     #[arg(long)]
     no_validate: bool,
+    /// How often guest status, names and template flags in /cluster/resources are
+    /// refreshed, as pvestatd does every 10 s; `0` reports the live state.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    stats_interval: Duration,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -93,6 +97,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         task_duration: args.task_duration,
         auth_failure_delay: args.auth_failure_delay,
         validate: !args.no_validate,
+        stats_interval: args.stats_interval,
         ..SimConfig::default()
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -633,7 +633,7 @@ mod tests {
             pair(
                 "ipconfig0",
                 "invalid format - format error\n\
-                 ipconfig0.ip: missing property - 'ipconfig0.gw' requires this property\n"
+                 ipconfig0.ip: missing property required by 'ipconfig0.gw'\n"
             )
         );
     }
@@ -723,7 +723,7 @@ mod tests {
             download(&[("checksum", "ab12")]),
             Err(SchemaError::Invalid(params(&[(
                 "checksum-algorithm",
-                "missing property - 'checksum' requires this property"
+                "missing property required by 'checksum'"
             )])))
         );
     }

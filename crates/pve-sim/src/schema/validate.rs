@@ -106,10 +106,12 @@ impl Validator<'_> {
                     if let Some(required) = &prop.requires
                         && !values.contains_key(required)
                     {
-                        let message = format!(
-                            "missing property - '{}' requires this property",
-                            join(path, name)
-                        );
+                        // pve-common `src/PVE/JSONSchema.pm` @ f665029e `check_object`:
+                        // "missing property required by '$newpath'" on the missing key (the
+                        // older "missing property - '<p>' requires this property" was
+                        // replaced in 0f0e791, libpve-common-perl 9.0.8, before PVE 9.0).
+                        let message =
+                            format!("missing property required by '{}'", join(path, name));
                         errors.add(&join(path, required), &message);
                     }
                 }

@@ -36,6 +36,8 @@ async fn the_default_seed_has_three_nodes_with_local_and_local_lvm() {
 async fn cluster_resources_filter_by_type_and_use_qemu_as_the_type() {
     let s = sim().await;
     s.create_vm("100", &[]).await;
+    // Sizes come from pvestatd's next run (see the test below).
+    s.sim.control().refresh_stats();
     let vms = s.get_q("/cluster/resources", &[("type", "vm")]).await;
     let list = vms.data().as_array().unwrap();
     assert_eq!(list.len(), 1);
@@ -60,6 +62,80 @@ async fn cluster_resources_filter_by_type_and_use_qemu_as_the_type() {
             .iter()
             .any(|n| n["type"] == "storage")
     );
+}
+
+/// The `/cluster/resources` entry of guest `vmid`.
+async fn resource(s: &crate::Sim, vmid: u64) -> serde_json::Value {
+    let r = s.get_q("/cluster/resources", &[("type", "vm")]).await;
+    r.data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["vmid"].as_u64() == Some(vmid))
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_guest_created_since_pvestatds_last_run_is_listed_with_status_unknown_and_no_name() {
+    let s = sim().await;
+    s.create_vm("120", &[("name", "fresh")]).await;
+    let listed = resource(&s, 120).await;
+    assert_eq!(listed["status"], "unknown", "{listed}");
+    assert_eq!(listed["type"], "qemu");
+    assert_eq!(listed["node"], "pve1");
+    for absent in ["name", "template", "maxmem", "uptime"] {
+        assert!(listed.get(absent).is_none(), "{absent}: {listed}");
+    }
+    s.sim.control().refresh_stats();
+    let listed = resource(&s, 120).await;
+    assert_eq!(listed["status"], "stopped", "{listed}");
+    assert_eq!(listed["name"], "fresh");
+    assert_eq!(listed["template"], 0);
+    assert_eq!(listed["maxmem"], 1024u64 << 20);
+}
+
+#[tokio::test]
+async fn lock_and_tags_in_cluster_resources_follow_the_config_at_once_but_status_waits_for_pvestatd()
+ {
+    let s = sim().await;
+    s.create_vm("121", &[("tags", "web")]).await;
+    s.sim.control().refresh_stats();
+    let upid = s
+        .post("/nodes/pve1/qemu/121/status/start", &[])
+        .await
+        .upid();
+    s.wait_ok(&upid).await;
+    let r = s
+        .put("/nodes/pve1/qemu/121/config", &[("tags", "db;web")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let listed = resource(&s, 121).await;
+    assert_eq!(listed["tags"], "db;web", "{listed}");
+    assert_eq!(
+        listed["status"], "stopped",
+        "the start is not published yet: {listed}"
+    );
+    s.sim.control().refresh_stats();
+    assert_eq!(resource(&s, 121).await["status"], "running");
+}
+
+#[tokio::test]
+async fn with_a_stats_interval_pvestatd_publishes_new_guests_by_itself() {
+    let s = crate::sim_with(proxops_pve_sim::SimConfig {
+        tls: false,
+        task_duration: std::time::Duration::ZERO,
+        stats_interval: std::time::Duration::from_millis(200),
+        ..proxops_pve_sim::SimConfig::default()
+    })
+    .await;
+    s.create_vm("122", &[]).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while resource(&s, 122).await["status"] == "unknown" {
+        assert!(std::time::Instant::now() < deadline, "never published");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(resource(&s, 122).await["status"], "stopped");
 }
 
 #[tokio::test]

@@ -230,22 +230,68 @@ async fn lxc_clone_copies_the_container_with_a_new_hwaddr() {
     assert_ne!(cfg["net0"], src["net0"]);
 }
 
+/// The pending list's entry of `key`.
+async fn pending_entry(s: &Sim, vmid: &str, key: &str) -> serde_json::Value {
+    let pending = s.get(&format!("/nodes/pve1/lxc/{vmid}/pending")).await;
+    pending
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == key)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// pve-container `src/PVE/LXC/Config.pm` `vmconfig_hotplug_pending`: `$LXC_FASTPLUG_OPTIONS`
+/// (hostname, cores, ...) at once; memory, swap, cpulimit, cpuunits, NICs and a new mount
+/// point hot-plugged; anything else (features, an existing mount point) pending.
 #[tokio::test]
-async fn lxc_running_containers_keep_hostname_changes_pending() {
+async fn a_running_container_takes_hostname_cores_memory_nics_and_new_mount_points_at_once() {
     let s = with_template().await;
     create_ct(&s, "200", &[("start", "1")]).await;
-    s.put(
-        "/nodes/pve1/lxc/200/config",
-        &[("hostname", "renamed"), ("memory", "1024")],
-    )
-    .await;
-    let pending = s.get("/nodes/pve1/lxc/200/pending").await;
-    let list = pending.data().as_array().unwrap();
-    let host = list.iter().find(|e| e["key"] == "hostname").unwrap();
-    assert_eq!(host["pending"], "renamed");
-    let mem = list.iter().find(|e| e["key"] == "memory").unwrap();
-    assert_eq!(mem["value"], 1024);
-    assert!(mem.get("pending").is_none());
+    let r = s
+        .put(
+            "/nodes/pve1/lxc/200/config",
+            &[
+                ("hostname", "renamed"),
+                ("cores", "2"),
+                ("memory", "1024"),
+                ("swap", "256"),
+                ("cpulimit", "1.5"),
+                ("net1", "name=eth1,bridge=vmbr0"),
+                ("mp0", "local-lvm:1,mp=/srv"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    for key in [
+        "hostname", "cores", "memory", "swap", "cpulimit", "net1", "mp0",
+    ] {
+        let entry = pending_entry(&s, "200", key).await;
+        assert!(entry.get("value").is_some(), "{key}: {entry}");
+        assert!(entry.get("pending").is_none(), "{key}: {entry}");
+    }
+    let r = s
+        .put(
+            "/nodes/pve1/lxc/200/config",
+            &[
+                ("features", "nesting=1"),
+                ("mp0", "local-lvm:vm-200-disk-1,mp=/data"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        pending_entry(&s, "200", "features").await["pending"],
+        "nesting=1"
+    );
+    let mp0 = pending_entry(&s, "200", "mp0").await;
+    assert!(mp0["value"].as_str().unwrap().contains("mp=/srv"), "{mp0}");
+    assert!(
+        mp0["pending"].as_str().unwrap().contains("mp=/data"),
+        "{mp0}"
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! qemu guests: create, config, pending, digest, lifecycle, template, clone, resize, agent.
 
-use crate::sim;
+use crate::{Sim, sim};
 
 #[tokio::test]
 async fn create_locks_the_guest_until_the_task_ends() {
@@ -168,6 +168,65 @@ async fn deleting_an_unset_key_is_accepted() {
         .put("/nodes/pve1/qemu/100/config", &[("delete", "ciuser")])
         .await;
     assert_eq!(r.status, 200, "{r:?}");
+}
+
+/// The keys PVE holds pending for VM `vmid`.
+async fn pending_keys(s: &Sim, vmid: &str) -> Vec<String> {
+    let pending = s.get(&format!("/nodes/pve1/qemu/{vmid}/pending")).await;
+    pending
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("pending").is_some() || e.get("delete").is_some())
+        .map(|e| e["key"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// qemu-server `vmconfig_hotplug_pending` with `parse_hotplug_features`: `cores` is never
+/// hot-plugged, memory only with the `memory` feature and NUMA, `vcpus` with `cpu`, a new
+/// sata disk never, a new scsi disk with `disk`; cpuunits at once.
+#[tokio::test]
+async fn a_running_vm_hot_plugs_memory_and_vcpus_only_with_their_hotplug_features_and_numa() {
+    let s = sim().await;
+    s.create_vm("100", &[("start", "1"), ("cores", "2")]).await;
+    let r = s
+        .put(
+            "/nodes/pve1/qemu/100/config",
+            &[
+                ("cores", "4"),
+                ("memory", "2048"),
+                ("vcpus", "1"),
+                ("cpuunits", "200"),
+                ("scsi1", "local-lvm:1"),
+                ("sata1", "local-lvm:1"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        pending_keys(&s, "100").await,
+        ["cores", "memory", "sata1", "vcpus"]
+    );
+
+    s.create_vm(
+        "101",
+        &[
+            ("start", "1"),
+            ("cores", "2"),
+            ("numa", "1"),
+            ("hotplug", "network,disk,cpu,memory"),
+        ],
+    )
+    .await;
+    let r = s
+        .put(
+            "/nodes/pve1/qemu/101/config",
+            &[("cores", "4"), ("memory", "2048"), ("vcpus", "1")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(pending_keys(&s, "101").await, ["cores"]);
 }
 
 #[tokio::test]
