@@ -4,6 +4,7 @@
 //! bounded. The peak is read with `/usr/bin/time -f %M` (the kernel's `ru_maxrss` of the child)
 //! and written to stderr for RELIABILITY.md.
 
+use crate::support::agent::recorded_diagnostics;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -205,18 +206,7 @@ async fn hostile_commits_are_refused_by_the_running_agent_which_keeps_the_last_g
         Some(setup.commit.as_str())
     );
     // The located diagnostic is recorded with the pass (the API shows only the outcome).
-    let db = rusqlite::Connection::open_with_flags(
-        setup.state_dir("hostile").join("state.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    let diagnostics: String = db
-        .query_row(
-            "SELECT diagnostics FROM passes WHERE revision = ?1",
-            [&invalid],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let diagnostics = recorded_diagnostics(&setup.state_dir("hostile"), &invalid);
     assert!(
         diagnostics.contains("iso/bomb.yaml")
             && diagnostics.contains("document too large: more than 20000 YAML nodes"),

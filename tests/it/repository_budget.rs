@@ -7,6 +7,7 @@
 //! 140 aliases of that list, about 2 KB that expands to 15.8 MiB of text and 19,890 nodes,
 //! under every per-document limit.
 
+use crate::support::agent::recorded_diagnostics;
 use std::time::{Duration, Instant};
 
 use crate::hostile::{assert_refused, assert_refused_in, push_naming, report};
@@ -82,11 +83,10 @@ const AGENT_RSS_BOUND_KIB: u64 = 300 * 1024;
 
 /// Every hostile repository of SECURITY-AUDIT.md H3, committed one after another to the branch
 /// a running agent follows: each is refused with its located error, the last good revision
-/// stays applied, and the agent's peak RSS stays under 300 MiB. Slow (about a minute, and it
-/// writes 80 MiB of manifests and a 100 MiB blob to a temp dir), so ignored by default:
-/// `cargo nextest run -p proxops --run-ignored only -E 'test(/every_hostile_repository/)'`.
+/// stays applied, and the agent's peak RSS stays under 300 MiB. It takes about a minute and
+/// writes 80 MiB of manifests and a 100 MiB blob to a temp dir, but it is the check issue 16
+/// asks for, so it runs with every test run (figures: `--no-capture`).
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "slow: about a minute and 200 MiB of temp files"]
 async fn every_hostile_repository_of_the_audit_stays_under_300_mib_in_the_running_agent() {
     use crate::one_iso::{Setup, TrustLine};
 
@@ -125,18 +125,7 @@ async fn every_hostile_repository_of_the_audit_stays_under_300_mib_in_the_runnin
                 status["last_applied"]["commit"].as_str(),
                 Some(setup.commit.as_str())
             );
-            let db = rusqlite::Connection::open_with_flags(
-                setup.state_dir("budget").join("state.db"),
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-            )
-            .unwrap();
-            let diagnostics: String = db
-                .query_row(
-                    "SELECT diagnostics FROM passes WHERE revision = ?1",
-                    [&commit],
-                    |row| row.get(0),
-                )
-                .unwrap();
+            let diagnostics = recorded_diagnostics(&setup.state_dir("budget"), &commit);
             assert!(diagnostics.contains(expected), "{diagnostics}");
         }
     };

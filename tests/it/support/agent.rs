@@ -604,6 +604,22 @@ impl Drop for AgentProcess {
     }
 }
 
+/// The located diagnostics the agent whose state is in `state_dir` recorded for `commit`'s
+/// pass (the API shows only the outcome).
+pub(crate) fn recorded_diagnostics(state_dir: &Path, commit: &str) -> String {
+    let db = rusqlite::Connection::open_with_flags(
+        state_dir.join("state.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    db.query_row(
+        "SELECT diagnostics FROM passes WHERE revision = ?1",
+        [commit],
+        |row| row.get(0),
+    )
+    .unwrap()
+}
+
 /// Every text or blob value of every table of the SQLite database at `path` (an agent's state
 /// database), as (column, text) by table; tables without such values are listed empty. For
 /// the scans that show a secret is stored nowhere.
