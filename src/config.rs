@@ -62,6 +62,8 @@ pub struct AgentConfig {
     pub policy: Policy,
     /// Where the cluster's SOPS document and its age identity are.
     pub secrets: SecretsConfig,
+    /// `[[notify]]`: where pass results are announced (`crate::notify`).
+    pub notify: Vec<crate::notify::config::NotifyTarget>,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -246,6 +248,8 @@ struct RawConfig {
     pve: Option<RawPve>,
     policy: Option<RawPolicy>,
     secrets: Option<RawSecrets>,
+    #[serde(default)]
+    notify: Vec<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -630,6 +634,15 @@ impl AgentConfig {
             task_timeout,
         };
 
+        let notify = crate::notify::config::parse(
+            raw.notify,
+            &crate::notify::config::Loader {
+                path,
+                resolve: &resolve,
+                read_secret: &read_secret,
+            },
+        )?;
+
         Ok(AgentConfig {
             node,
             cluster: raw.cluster,
@@ -643,6 +656,7 @@ impl AgentConfig {
             pve,
             policy,
             secrets,
+            notify,
         })
     }
 }
