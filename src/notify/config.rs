@@ -681,7 +681,7 @@ to = ["ops@example.org"]
     #[test]
     fn a_url_read_from_a_file_is_never_echoed_in_an_error() {
         let dir_err = load("[[notify]]\nkind = \"slack\"\nurl_file = \"token\"\n").unwrap_err();
-        assert!(dir_err.contains("notify[0].url_file: must be an http"), "{dir_err}");
+        assert!(dir_err.contains("notify[0].url_file: not a URL"), "{dir_err}");
         assert!(!dir_err.contains("tk_secret"), "{dir_err}");
     }
 

@@ -19,6 +19,7 @@ mod hostile;
 mod hotplug;
 mod listener;
 mod migrate;
+mod notify;
 mod one_iso;
 mod pve_api;
 mod readme;
