@@ -276,7 +276,7 @@ events = ["drift-found"]
 async fn a_flapping_drift_is_announced_once() {
     let world = World::start(&[]).await;
     let repo = TestRepo::new();
-    repo.commit_files(&[("vm/web-1.yaml", VM)], "one VM, drift reported only");
+    let commit = repo.commit_files(&[("vm/web-1.yaml", VM)], "one VM, drift reported only");
     let webhook = Receiver::start().await;
     let notify = format!(
         "[[notify]]\nkind = \"webhook\"\nurl = \"{}\"\nevents = [\"drift-found\", \"drift-resolved\"]\nflap_window = \"1h\"\n",
@@ -284,6 +284,9 @@ async fn a_flapping_drift_is_announced_once() {
     );
     let (agent, _daemon) = start_agent(&world, &repo, |t| t.poll("1s").raw(&notify)).await;
     let log = || agent.log_text();
+    agent
+        .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(commit.as_str()))
+        .await;
 
     // Found …
     set_memory(&world, "1024").await;

@@ -267,7 +267,7 @@ class Handler:
 
 def authenticator(server, session, envelope, mechanism, auth_data):
     ok = isinstance(auth_data, LoginPassword) and auth_data.password == b"password"
-    return AuthResult(success=ok, handled=False)
+    return AuthResult(success=ok, handled=False, auth_data=auth_data)
 
 controller = Controller(
     Handler(), hostname="127.0.0.1", port=port,
