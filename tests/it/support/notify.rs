@@ -153,8 +153,9 @@ pub(crate) fn free_port() -> SocketAddr {
 
 /// The Python of the notification venv (`aiosmtpd`, `jsonschema`; tests/notify/
 /// requirements.txt), made by `.ci/test`: `$PROXOPS_NOTIFY_PYTHON`, else
-/// `$CARGO_TARGET_DIR/notify-venv` or `target/notify-venv`. In CI (`CI` set) a missing venv
-/// fails the test; elsewhere the caller skips with the message returned.
+/// `$CARGO_TARGET_DIR/notify-venv` or `target/notify-venv`. In CI (`CI` set) or when
+/// `PROXOPS_NOTIFY_PYTHON` names an unusable Python, a missing venv fails the test; elsewhere
+/// the caller skips with the message returned.
 pub(crate) fn notify_python() -> Result<PathBuf, String> {
     let candidates: Vec<PathBuf> = std::env::var_os("PROXOPS_NOTIFY_PYTHON")
         .map(PathBuf::from)
@@ -178,7 +179,12 @@ pub(crate) fn notify_python() -> Result<PathBuf, String> {
                 "no Python with aiosmtpd and jsonschema at {candidates:?}: run .ci/test (it \
                  makes the venv from tests/notify/requirements.txt) or set PROXOPS_NOTIFY_PYTHON"
             );
-            assert!(std::env::var_os("CI").is_none(), "{message}");
+            // .ci/test sets PROXOPS_NOTIFY_PYTHON after making the venv; CI sets CI.
+            assert!(
+                std::env::var_os("CI").is_none()
+                    && std::env::var_os("PROXOPS_NOTIFY_PYTHON").is_none(),
+                "{message}"
+            );
             Err(message)
         }
     }
