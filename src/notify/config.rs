@@ -260,7 +260,10 @@ impl Loader<'_> {
 ///
 /// # Errors
 /// The first table that is wrong, named `notify[i].key`, with what to do.
-pub fn parse(tables: Vec<toml::Table>, loader: &Loader<'_>) -> Result<Vec<NotifyTarget>, ConfigError> {
+pub fn parse(
+    tables: Vec<toml::Table>,
+    loader: &Loader<'_>,
+) -> Result<Vec<NotifyTarget>, ConfigError> {
     tables
         .into_iter()
         .enumerate()
@@ -416,8 +419,12 @@ fn http(
         }
     };
     // The URL text may be a secret (url_file): errors name the key, never the value.
-    let url = reqwest::Url::parse(text.expose_secret().trim())
-        .map_err(|e| invalid(key, format!("not a URL ({e}); write it as https://host/path")))?;
+    let url = reqwest::Url::parse(text.expose_secret().trim()).map_err(|e| {
+        invalid(
+            key,
+            format!("not a URL ({e}); write it as https://host/path"),
+        )
+    })?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(invalid(
             key,
@@ -633,7 +640,10 @@ password_file = "token"
 from = "ProxOps <proxops@example.org>"
 to = ["ops@example.org"]
 "#
-            .replace("url_file = \"token\"", "url = \"https://hooks.slack.com/services/T/B/X\"")
+            .replace(
+                "url_file = \"token\"",
+                "url = \"https://hooks.slack.com/services/T/B/X\"",
+            )
             .as_str(),
         )
         .unwrap();
@@ -652,9 +662,16 @@ to = ["ops@example.org"]
 
     #[test]
     fn an_unknown_kind_names_the_table_index_key_and_the_kinds_to_use() {
-        let err = load("[[notify]]\nkind = \"webhook\"\nurl = \"http://a/b\"\n[[notify]]\nkind = \"ntfi\"\n")
-            .unwrap_err();
-        assert!(err.contains("agent.toml: notify[1].kind: `ntfi` is not a notification kind; use one of webhook"), "{err}");
+        let err = load(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"http://a/b\"\n[[notify]]\nkind = \"ntfi\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains(
+                "agent.toml: notify[1].kind: `ntfi` is not a notification kind; use one of webhook"
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -668,20 +685,29 @@ to = ["ops@example.org"]
     fn an_unknown_key_in_a_table_is_named() {
         let err = load("[[notify]]\nkind = \"webhook\"\nurl = \"http://a/b\"\ntokn_file = \"x\"\n")
             .unwrap_err();
-        assert!(err.contains("notify[0]: unknown field `tokn_file`"), "{err}");
+        assert!(
+            err.contains("notify[0]: unknown field `tokn_file`"),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_key_of_another_kind_is_refused() {
         let err = load("[[notify]]\nkind = \"slack\"\nurl = \"http://a/b\"\nsmtp_host = \"x\"\n")
             .unwrap_err();
-        assert!(err.contains("notify[0].smtp_host: is not used by kind = \"slack\""), "{err}");
+        assert!(
+            err.contains("notify[0].smtp_host: is not used by kind = \"slack\""),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_url_read_from_a_file_is_never_echoed_in_an_error() {
         let dir_err = load("[[notify]]\nkind = \"slack\"\nurl_file = \"token\"\n").unwrap_err();
-        assert!(dir_err.contains("notify[0].url_file: not a URL"), "{dir_err}");
+        assert!(
+            dir_err.contains("notify[0].url_file: not a URL"),
+            "{dir_err}"
+        );
         assert!(!dir_err.contains("tk_secret"), "{dir_err}");
     }
 
@@ -689,8 +715,10 @@ to = ["ops@example.org"]
     fn ntfy_without_a_topic_and_matrix_without_a_room_say_what_to_write() {
         let err = load("[[notify]]\nkind = \"ntfy\"\nurl = \"https://ntfy.sh/\"\n").unwrap_err();
         assert!(err.contains("notify[0].url: names no topic"), "{err}");
-        let err = load("[[notify]]\nkind = \"matrix\"\nurl = \"https://m.org\"\ntoken_file = \"token\"\n")
-            .unwrap_err();
+        let err = load(
+            "[[notify]]\nkind = \"matrix\"\nurl = \"https://m.org\"\ntoken_file = \"token\"\n",
+        )
+        .unwrap_err();
         assert!(err.contains("notify[0].room: missing"), "{err}");
     }
 
@@ -700,13 +728,22 @@ to = ["ops@example.org"]
         let err = load(base).unwrap_err();
         assert!(err.contains("notify[0].to: missing"), "{err}");
         let err = load(&format!("{base}to = [\"not an address\"]\n")).unwrap_err();
-        assert!(err.contains("notify[0].to[0]: `not an address` is not an email address"), "{err}");
+        assert!(
+            err.contains("notify[0].to[0]: `not an address` is not an email address"),
+            "{err}"
+        );
         let err = load(&format!(
             "{base}to = [\"b@example.org\"]\nstarttls = false\nusername = \"u\"\npassword_file = \"token\"\n"
         ))
         .unwrap_err();
-        assert!(err.contains("notify[0].starttls: is false while a password is set"), "{err}");
-        let ok = load(&format!("{base}to = [\"b@example.org\"]\nstarttls = false\n")).unwrap();
+        assert!(
+            err.contains("notify[0].starttls: is false while a password is set"),
+            "{err}"
+        );
+        let ok = load(&format!(
+            "{base}to = [\"b@example.org\"]\nstarttls = false\n"
+        ))
+        .unwrap();
         let Endpoint::Email(email) = &ok[0].endpoint else {
             panic!("email");
         };
@@ -716,7 +753,10 @@ to = ["ops@example.org"]
     #[test]
     fn a_url_with_credentials_is_refused() {
         let err = load("[[notify]]\nkind = \"webhook\"\nurl = \"https://u:p@h/x\"\n").unwrap_err();
-        assert!(err.contains("notify[0].url: must not carry credentials"), "{err}");
+        assert!(
+            err.contains("notify[0].url: must not carry credentials"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -726,6 +766,9 @@ to = ["ops@example.org"]
         )
         .unwrap();
         let text = format!("{:?}", targets[0]);
-        assert!(!text.contains("tk_secret") && !text.contains("secret-path"), "{text}");
+        assert!(
+            !text.contains("tk_secret") && !text.contains("secret-path"),
+            "{text}"
+        );
     }
 }

@@ -201,6 +201,8 @@ pub struct SendError {
 
 /// What a delivery task needs.
 pub struct Deliverer {
+    /// The node label, for the rate limit's summary.
+    pub node: String,
     /// The target.
     pub target: NotifyTarget,
     /// Its queue.
@@ -222,13 +224,16 @@ pub fn http_client(target: &NotifyTarget) -> Result<reqwest::Client, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut extra = Vec::new();
     if let Some(file) = &target.ca_file {
-        let pem = std::fs::read(file)
-            .map_err(|e| format!("reading ca_file {}: {e}", file.display()))?;
+        let pem =
+            std::fs::read(file).map_err(|e| format!("reading ca_file {}: {e}", file.display()))?;
         extra = CertificateDer::pem_slice_iter(&pem)
             .filter_map(Result::ok)
             .collect();
         if extra.is_empty() {
-            return Err(format!("ca_file {} holds no PEM certificate", file.display()));
+            return Err(format!(
+                "ca_file {} holds no PEM certificate",
+                file.display()
+            ));
         }
     }
     let verifier =
@@ -267,14 +272,17 @@ impl Deliverer {
                 let count = limit.suppressed;
                 limit.suppressed = 0;
                 let _ = limit.allow(Instant::now());
-                let summary = summary_message(&self.target, count);
+                let summary = summary_message(&self.target, &self.node, count);
                 self.deliver(&summary, &label, &shutdown).await;
             }
             let Some(message) = message else { continue };
             if !limit.allow(Instant::now()) {
                 self.queue.done(&message.id);
-                self.metrics
-                    .notification(self.target.index, self.target.kind.as_str(), "rate-limited");
+                self.metrics.notification(
+                    self.target.index,
+                    self.target.kind.as_str(),
+                    "rate-limited",
+                );
                 tracing::warn!(
                     target = %label,
                     event = message.event,
@@ -335,14 +343,15 @@ impl Deliverer {
 
     async fn send(&self, message: &Outgoing) -> Result<(), SendError> {
         match (&self.target.endpoint, &message.body) {
-            (Endpoint::Http(http), Body::Json(body)) => {
-                self.send_http(http, body, message).await
-            }
-            (Endpoint::Email(email), Body::Email {
-                subject,
-                text,
-                html,
-            }) => send_email(email, self.target.ca_file.as_deref(), subject, text, html).await,
+            (Endpoint::Http(http), Body::Json(body)) => self.send_http(http, body, message).await,
+            (
+                Endpoint::Email(email),
+                Body::Email {
+                    subject,
+                    text,
+                    html,
+                },
+            ) => send_email(email, self.target.ca_file.as_deref(), subject, text, html).await,
             _ => Err(SendError {
                 retry: false,
                 text: "internal: a message of the wrong shape for its target".to_owned(),
@@ -365,9 +374,7 @@ impl Deliverer {
             )),
             _ => self.http.post(http.url.clone()),
         };
-        let mut request = request
-            .header("X-ProxOps-Event", message.event)
-            .json(body);
+        let mut request = request.header("X-ProxOps-Event", message.event).json(body);
         if let Some(token) = &http.token {
             request = request.bearer_auth(token.expose_secret());
         }
@@ -429,28 +436,10 @@ pub fn matrix_send_url(homeserver: &reqwest::Url, room: &str, txn: &str) -> reqw
 }
 
 /// The summary a rate-limited target gets once the minute allows.
-fn summary_message(target: &NotifyTarget, count: u64) -> Outgoing {
-    let event = crate::notify::events::Event {
-        kind: crate::notify::config::EventKind::Failed,
-        pass: 0,
-        node: String::new(),
-        cluster: None,
-        commit: None,
-        outcome: String::new(),
-        actions: Vec::new(),
-        findings: Vec::new(),
-        diagnostics: Vec::new(),
-        error: None,
-    };
-    let title = format!(
-        "{count} notification(s) not sent: at most {} per minute (max_per_minute); see the \
-         agent's status page for what happened",
-        target.max_per_minute
-    );
-    let body = crate::notify::summary_body(target, &event, &title, count);
+fn summary_message(target: &NotifyTarget, node: &str, count: u64) -> Outgoing {
     Outgoing {
         event: "rate-limited",
-        body,
+        body: crate::notify::summary_body(target, node, count),
         id: crate::notify::next_id(),
         queued_at: Instant::now(),
     }
@@ -469,9 +458,7 @@ async fn send_email(
     use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
     let permanent = |text: String| SendError { retry: false, text };
-    let mut builder = Message::builder()
-        .from(email.from.clone())
-        .subject(subject);
+    let mut builder = Message::builder().from(email.from.clone()).subject(subject);
     for to in &email.to {
         builder = builder.to(to.clone());
     }
@@ -512,7 +499,12 @@ async fn send_email(
         .map_err(|e| SendError {
             // A permanent SMTP answer (5xx) will not change on retry; the rest may.
             retry: !e.is_permanent(),
-            text: format!("SMTP {}:{}: {}", email.smtp_host, email.smtp_port, error_text(&e)),
+            text: format!(
+                "SMTP {}:{}: {}",
+                email.smtp_host,
+                email.smtp_port,
+                error_text(&e)
+            ),
         })
 }
 
@@ -550,7 +542,10 @@ mod tests {
         assert!(limit.allow(start + Duration::from_secs(1)));
         assert!(!limit.allow(start + Duration::from_secs(2)));
         assert_eq!(limit.suppressed, 1);
-        assert_eq!(limit.next_free(start + Duration::from_secs(2)), start + RATE_WINDOW);
+        assert_eq!(
+            limit.next_free(start + Duration::from_secs(2)),
+            start + RATE_WINDOW
+        );
         assert!(limit.allow(start + RATE_WINDOW));
     }
 

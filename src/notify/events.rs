@@ -152,7 +152,7 @@ enum Tracked {
     Open,
     /// Gone from the open findings since this time; announced as resolved once the flap
     /// window has passed.
-    ResolvedSince(SystemTime, FindingFact),
+    ResolvedSince(SystemTime, Box<FindingFact>),
 }
 
 /// What one target has been told; the state the rules above compare a pass with.
@@ -303,14 +303,14 @@ pub fn derive(
                     resolved_how: None,
                 });
                 next.findings
-                    .insert(key.clone(), Tracked::ResolvedSince(now, fact));
+                    .insert(key.clone(), Tracked::ResolvedSince(now, Box::new(fact)));
                 now
             }
         };
         if now.duration_since(since).unwrap_or_default() >= flap_window
             && let Some(Tracked::ResolvedSince(_, fact)) = next.findings.remove(&key)
         {
-            resolved.push(fact);
+            resolved.push(*fact);
         }
     }
     if !found.is_empty() {
@@ -448,7 +448,12 @@ mod tests {
     fn with_a_zero_window_a_resolution_is_announced_by_the_pass_that_saw_it() {
         let d = memory_drift();
         let mut memory = Memory::default();
-        let (_, next) = derive(&memory, &facts(1, "no-change", vec![d.clone()]), at(0), Duration::ZERO);
+        let (_, next) = derive(
+            &memory,
+            &facts(1, "no-change", vec![d.clone()]),
+            at(0),
+            Duration::ZERO,
+        );
         memory = next;
         let mut pass = facts(2, "applied", vec![]);
         pass.resolved = vec![FindingFact {
@@ -456,8 +461,14 @@ mod tests {
             ..d
         }];
         let (events, _) = derive(&memory, &pass, at(1), Duration::ZERO);
-        assert_eq!(kinds(&events), [EventKind::Applied, EventKind::DriftResolved]);
-        assert_eq!(events[1].findings[0].resolved_how.as_deref(), Some("corrected"));
+        assert_eq!(
+            kinds(&events),
+            [EventKind::Applied, EventKind::DriftResolved]
+        );
+        assert_eq!(
+            events[1].findings[0].resolved_how.as_deref(),
+            Some("corrected")
+        );
     }
 
     #[test]

@@ -123,14 +123,21 @@ pub fn render(event: &Event) -> Rendered {
         EventKind::Applied => {
             let n = event.actions.len();
             (
-                format!("{node}: applied {commit} ({})", plural(n, "action", "actions")),
+                format!(
+                    "{node}: applied {commit} ({})",
+                    plural(n, "action", "actions")
+                ),
                 capped(event.actions.iter().map(action_line)),
                 3,
                 vec!["white_check_mark"],
             )
         }
         EventKind::Failed => {
-            let failed = event.actions.iter().filter(|a| a.result == "failed").count();
+            let failed = event
+                .actions
+                .iter()
+                .filter(|a| a.result == "failed")
+                .count();
             let what = if event.actions.is_empty() {
                 "pass failed".to_owned()
             } else {
@@ -144,12 +151,7 @@ pub fn render(event: &Event) -> Rendered {
                 lines.push(redact(error));
             }
             lines.extend(capped(event.actions.iter().map(action_line)));
-            (
-                format!("{node}: {what} at {commit}"),
-                lines,
-                4,
-                vec!["x"],
-            )
+            (format!("{node}: {what} at {commit}"), lines, 4, vec!["x"])
         }
         EventKind::Invalid => {
             let n = event.diagnostics.len();
@@ -159,7 +161,9 @@ pub fn render(event: &Event) -> Rendered {
             {
                 lines.push(redact(error));
             }
-            lines.push("the last applied revision stays in force; fix the files and push".to_owned());
+            lines.push(
+                "the last applied revision stays in force; fix the files and push".to_owned(),
+            );
             (
                 format!(
                     "{node}: revision {commit} is invalid ({})",
@@ -274,7 +278,10 @@ pub fn html(rendered: &Rendered) -> String {
         }
         out.push_str("</ul>");
     }
-    out.push_str(&format!("<p><small>{}</small></p>", escape_html(&rendered.context)));
+    out.push_str(&format!(
+        "<p><small>{}</small></p>",
+        escape_html(&rendered.context)
+    ));
     out
 }
 
@@ -443,14 +450,20 @@ mod tests {
             r.lines,
             ["VM/web-1 on pve1 memory: git says 512, PVE has <b>1024</b>"]
         );
-        assert_eq!(r.context, "node pve1 · commit 0123456789ab · pass 7 (no-change)");
+        assert_eq!(
+            r.context,
+            "node pve1 · commit 0123456789ab · pass 7 (no-change)"
+        );
     }
 
     #[test]
     fn html_formats_escape_what_pve_reported() {
         let m = matrix(&drift_event());
         let body = m["formatted_body"].as_str().unwrap();
-        assert!(body.contains("&lt;b&gt;1024&lt;/b&gt;") && !body.contains("<b>1024"), "{body}");
+        assert!(
+            body.contains("&lt;b&gt;1024&lt;/b&gt;") && !body.contains("<b>1024"),
+            "{body}"
+        );
         let s = slack(&drift_event());
         assert!(s.to_string().contains("&lt;b&gt;1024"), "{s}");
         let (_, _, html) = email(&drift_event());
@@ -470,7 +483,12 @@ mod tests {
             error: Some("fetching https://user:hunter2@files.example.org/a.iso: 404".into()),
             upid: None,
         }];
-        for payload in [webhook(&event), ntfy(&event, "t"), matrix(&event), slack(&event)] {
+        for payload in [
+            webhook(&event),
+            ntfy(&event, "t"),
+            matrix(&event),
+            slack(&event),
+        ] {
             let text = payload.to_string();
             assert!(!text.contains("hunter2"), "{text}");
         }

@@ -98,6 +98,7 @@ impl Notifier {
             };
             let queue = Arc::new(Queue::default());
             let deliverer = Deliverer {
+                node: node_label.to_owned(),
                 target: target.clone(),
                 queue: queue.clone(),
                 metrics: metrics.clone(),
@@ -208,43 +209,55 @@ fn body(target: &NotifyTarget, event: &Event) -> Body {
     }
 }
 
-/// The rate limit's summary in `target`'s format: `title` says how many were not sent.
-pub(crate) fn summary_body(target: &NotifyTarget, event: &Event, title: &str, count: u64) -> Body {
-    match body(target, event) {
-        Body::Json(mut value) => {
-            match target.kind {
-                Kind::Webhook => {
-                    value["event"] = "rate-limited".into();
-                    value["title"] = title.into();
-                    value["text"] = title.into();
-                    value["suppressed"] = count.into();
-                }
-                Kind::Ntfy => {
-                    value["title"] = "proxops: notifications rate-limited".into();
-                    value["message"] = title.into();
-                    value["tags"] = serde_json::json!(["warning", "rate-limited"]);
-                }
-                Kind::Matrix => {
-                    value["body"] = title.into();
-                    value["formatted_body"] = format::escape_html(title).into();
-                }
-                Kind::Slack | Kind::Email => {
-                    value = serde_json::json!({
-                        "text": format::escape_slack(title),
-                        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": format::escape_slack(title)}}],
-                    });
-                }
-            }
-            Body::Json(value)
-        }
-        Body::Email { .. } => Body::Email {
+/// The rate limit's summary in `target`'s format: `count` messages to `node`'s target were
+/// not sent.
+pub(crate) fn summary_body(target: &NotifyTarget, node: &str, count: u64) -> Body {
+    let title = format!(
+        "{node}: {count} notification(s) not sent: at most {} per minute (max_per_minute); \
+         the agent's status page and /api/v1/drift keep what happened",
+        target.max_per_minute
+    );
+    match (&target.endpoint, target.kind) {
+        (Endpoint::Email(_), _) | (_, Kind::Email) => Body::Email {
             subject: format!("[proxops] {title}"),
             text: format!("{title}\n"),
             html: format!(
                 "<!DOCTYPE html><html><body><p>{}</p></body></html>",
-                format::escape_html(title)
+                format::escape_html(&title)
             ),
         },
+        (Endpoint::Http(http), Kind::Ntfy) => Body::Json(serde_json::json!({
+            "topic": topic_of(&http.url).unwrap_or_default(),
+            "title": "proxops: notifications rate-limited",
+            "message": title,
+            "priority": 3,
+            "tags": ["warning", "rate-limited"],
+            "markdown": false,
+        })),
+        (_, Kind::Matrix) => Body::Json(serde_json::json!({
+            "msgtype": "m.notice",
+            "body": title,
+            "format": "org.matrix.custom.html",
+            "formatted_body": format::escape_html(&title),
+        })),
+        (_, Kind::Slack) => Body::Json(serde_json::json!({
+            "text": format::escape_slack(&title),
+            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": format::escape_slack(&title)}}],
+        })),
+        (_, Kind::Webhook) => Body::Json(serde_json::json!({
+            "version": format::WEBHOOK_VERSION,
+            "event": "rate-limited",
+            "title": title,
+            "text": title,
+            "node": node,
+            "cluster": null,
+            "suppressed": count,
+            "pass": {"id": 0, "commit": null, "outcome": ""},
+            "actions": [],
+            "findings": [],
+            "diagnostics": [],
+            "error": null,
+        })),
     }
 }
 
@@ -257,7 +270,10 @@ pub(crate) fn next_id() -> String {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis())
     });
-    format!("proxops-{start}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "proxops-{start}-{}",
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn finding_fact(record: &DriftRecord) -> FindingFact {
@@ -361,4 +377,87 @@ fn read_facts(
         open,
         resolved,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::notify::config::{EventKind, HttpTarget};
+    use crate::notify::events::Event;
+
+    fn target(kind: Kind, url: &str) -> NotifyTarget {
+        NotifyTarget {
+            index: 0,
+            kind,
+            events: EventKind::ALL.into_iter().collect(),
+            endpoint: Endpoint::Http(HttpTarget {
+                url: reqwest::Url::parse(url).unwrap(),
+                token: None,
+                room: Some("!r:example.org".into()),
+            }),
+            ca_file: None,
+            max_per_minute: 3,
+            flap_window: std::time::Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn the_rate_limit_summary_to_a_webhook_has_every_field_of_the_document() {
+        let event = Event {
+            kind: EventKind::Applied,
+            pass: 1,
+            node: "pve1".into(),
+            cluster: None,
+            commit: None,
+            outcome: "applied".into(),
+            actions: Vec::new(),
+            findings: Vec::new(),
+            diagnostics: Vec::new(),
+            error: None,
+        };
+        let keys = |v: &serde_json::Value| -> BTreeSet<String> {
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        let document = format::webhook(&event);
+        let Body::Json(summary) = summary_body(&target(Kind::Webhook, "http://h/x"), "pve1", 7)
+        else {
+            panic!("json");
+        };
+        assert!(keys(&summary).is_superset(&keys(&document)), "{summary}");
+        assert_eq!(summary["suppressed"], 7);
+        assert_eq!(summary["event"], "rate-limited");
+        assert!(
+            summary["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("pve1: 7 notification(s) not sent")
+        );
+    }
+
+    #[test]
+    fn the_rate_limit_summary_to_ntfy_names_the_topic() {
+        let Body::Json(summary) = summary_body(&target(Kind::Ntfy, "http://h/alerts"), "pve1", 2)
+        else {
+            panic!("json");
+        };
+        assert_eq!(summary["topic"], "alerts");
+        assert!(
+            summary["message"]
+                .as_str()
+                .unwrap()
+                .contains("at most 3 per minute")
+        );
+    }
+
+    #[test]
+    fn stored_diagnostics_read_back_as_located_lines() {
+        let value = serde_json::json!({"path": "vm/a.yaml", "line": 3, "column": 9,
+            "severity": "Error", "field": "spec.memory", "message": "not a size", "help": null});
+        assert_eq!(
+            diagnostic_line(&value),
+            "vm/a.yaml:3:9: error: spec.memory: not a size"
+        );
+    }
 }

@@ -45,7 +45,11 @@ async fn pve_put(world: &World, path: &str, form: &[(&str, &str)]) {
         .send()
         .await
         .unwrap();
-    assert!(response.status().is_success(), "{path}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
 }
 
 /// Sets VM 101's memory in PVE (MiB).
@@ -172,7 +176,10 @@ events = ["drift-found"]
 
     // webhook: POST to the configured path with the bearer token; the document says what
     // changed.
-    assert_eq!((hook.method.as_str(), hook.path.as_str()), ("POST", "/hooks/proxops"));
+    assert_eq!(
+        (hook.method.as_str(), hook.path.as_str()),
+        ("POST", "/hooks/proxops")
+    );
     assert_eq!(hook.header("authorization"), format!("Bearer {TOKEN}"));
     assert_eq!(hook.header("content-type"), "application/json");
     let finding = &hook.body["findings"][0];
@@ -186,8 +193,16 @@ events = ["drift-found"]
     assert_eq!((n.method.as_str(), n.path.as_str()), ("POST", "/"));
     assert_eq!(n.header("authorization"), format!("Bearer {TOKEN}"));
     assert_eq!(n.body["topic"], "proxops-alerts");
-    assert!(n.body["title"].as_str().unwrap().contains("VM/web-1"), "{}", n.body);
-    assert!(n.body["message"].as_str().unwrap().contains("memory"), "{}", n.body);
+    assert!(
+        n.body["title"].as_str().unwrap().contains("VM/web-1"),
+        "{}",
+        n.body
+    );
+    assert!(
+        n.body["message"].as_str().unwrap().contains("memory"),
+        "{}",
+        n.body
+    );
     let priority = n.body["priority"].as_u64().unwrap();
     assert!((1..=5).contains(&priority), "{}", n.body);
     assert!(
@@ -208,7 +223,11 @@ events = ["drift-found"]
     assert!(m.path.len() > prefix.len(), "no txnId: {}", m.path);
     assert_eq!(m.header("authorization"), format!("Bearer {TOKEN}"));
     assert!(["m.text", "m.notice"].contains(&m.body["msgtype"].as_str().unwrap()));
-    assert!(m.body["body"].as_str().unwrap().contains("VM/web-1"), "{}", m.body);
+    assert!(
+        m.body["body"].as_str().unwrap().contains("VM/web-1"),
+        "{}",
+        m.body
+    );
     assert_eq!(m.body["format"], "org.matrix.custom.html");
     assert!(
         m.body["formatted_body"]
@@ -226,7 +245,11 @@ events = ["drift-found"]
         ("POST", "/services/T000/B000/XXXXSECRET")
     );
     assert_eq!(s.header("authorization"), "");
-    assert!(s.body["text"].as_str().unwrap().contains("VM/web-1"), "{}", s.body);
+    assert!(
+        s.body["text"].as_str().unwrap().contains("VM/web-1"),
+        "{}",
+        s.body
+    );
     let blocks = s.body["blocks"].as_array().unwrap();
     assert!(!blocks.is_empty() && blocks.len() <= 50, "{}", s.body);
     assert_eq!(blocks[0]["type"], "header");
@@ -251,13 +274,19 @@ events = ["drift-found"]
     // Nothing secret left the agent but where it belongs: the token only in the headers
     // above, the Slack URL's secret only as the path it was sent to.
     let log_text = agent.log_text();
-    assert!(!log_text.contains(TOKEN) && !log_text.contains("XXXXSECRET"), "{log_text}");
+    assert!(
+        !log_text.contains(TOKEN) && !log_text.contains("XXXXSECRET"),
+        "{log_text}"
+    );
     for r in [&webhook, &ntfy, &matrix, &slack]
         .iter()
         .flat_map(|r| r.requests())
     {
         let body = r.body.to_string();
-        assert!(!body.contains(TOKEN) && !body.contains("XXXXSECRET"), "{body}");
+        assert!(
+            !body.contains(TOKEN) && !body.contains("XXXXSECRET"),
+            "{body}"
+        );
     }
     // Every webhook document received validates against the committed schema.
     let documents: Vec<serde_json::Value> =
@@ -349,7 +378,11 @@ async fn an_unreachable_target_never_holds_a_pass_back_and_gets_the_message_once
     assert_eq!(first.body["pass"]["commit"], commit.as_str());
     failing.wait_for("applied", log).await;
     assert_eq!(back.delivered("applied").len(), 1);
-    assert!(log().contains("notification not delivered; retrying"), "{}", log());
+    assert!(
+        log().contains("notification not delivered; retrying"),
+        "{}",
+        log()
+    );
     let mut agent = agent;
     assert!(agent.terminate().success());
 }
