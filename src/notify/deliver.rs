@@ -36,7 +36,7 @@ pub const MAX_AGE: Duration = Duration::from_secs(3600);
 /// One request's (or one SMTP session's) time limit.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// The rate limit's window.
-const RATE_WINDOW: Duration = Duration::from_secs(60);
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
 
 /// What is sent: a JSON body for HTTP targets, the three parts of an email.
 #[derive(Debug, Clone, PartialEq)]

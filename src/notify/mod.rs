@@ -1,13 +1,13 @@
 //! Notifications (`[[notify]]`): after each pass, what the pass recorded is read back from
 //! the store, turned into events ([`events::derive`], pure: the pass's record and what each
-//! target was told before), rendered in each target's own format ([`format`]) and queued for
+//! target was told before), rendered in each target's own format ([`format`](mod@format)) and queued for
 //! that target's delivery task ([`deliver`]). Nothing here can block or fail a pass: the
 //! store is read once after the pass is recorded, queueing never waits, and every delivery
 //! happens in its own task.
 //!
 //! - [`config`]: the `[[notify]]` tables.
 //! - [`events`]: which events a pass makes, with the de-duplication and flap rules.
-//! - [`format`]: webhook, ntfy, Matrix, Slack and email payloads.
+//! - [`format`](mod@format): webhook, ntfy, Matrix, Slack and email payloads.
 //! - [`deliver`]: bounded queues (oldest dropped), retry with backoff, rate limit, sending.
 
 pub mod config;
