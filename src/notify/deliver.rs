@@ -284,7 +284,7 @@ impl Deliverer {
                     "rate-limited",
                 );
                 tracing::warn!(
-                    target = %label,
+                    notify = %label,
                     event = message.event,
                     limit = self.target.max_per_minute,
                     "notification not sent: rate limit reached; a summary follows"
@@ -308,7 +308,7 @@ impl Deliverer {
             match result {
                 Ok(()) => {
                     self.metrics.notification(self.target.index, kind, "sent");
-                    tracing::info!(target = %label, event = message.event, "notification sent");
+                    tracing::info!(notify = %label, event = message.event, "notification sent");
                     return;
                 }
                 Err(error) if error.retry && message.queued_at.elapsed() < MAX_AGE => {
@@ -316,7 +316,7 @@ impl Deliverer {
                         .after(Verdict::Transient, rand::random::<f64>())
                         .unwrap_or(crate::agent::retry::MIN_BACKOFF);
                     tracing::warn!(
-                        target = %label,
+                        notify = %label,
                         event = message.event,
                         error = %error.text,
                         retry_in = ?delay,
@@ -330,7 +330,7 @@ impl Deliverer {
                 Err(error) => {
                     self.metrics.notification(self.target.index, kind, "failed");
                     tracing::error!(
-                        target = %label,
+                        notify = %label,
                         event = message.event,
                         error = %error.text,
                         "notification given up"

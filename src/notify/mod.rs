@@ -92,7 +92,7 @@ impl Notifier {
             let http = match deliver::http_client(target) {
                 Ok(http) => http,
                 Err(error) => {
-                    tracing::error!(target = %target.label(), %error, "notification target disabled");
+                    tracing::error!(notify = %target.label(), %error, "notification target disabled");
                     continue;
                 }
             };
@@ -177,7 +177,7 @@ impl Notifier {
                         "dropped",
                     );
                     tracing::warn!(
-                        target = %target.config.label(),
+                        notify = %target.config.label(),
                         event = dropped.event,
                         capacity = deliver::QUEUE_CAPACITY,
                         "notification queue full; the oldest message was dropped"

@@ -388,6 +388,47 @@ async fn an_unreachable_target_never_holds_a_pass_back_and_gets_the_message_once
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_redirect_is_not_followed_so_the_token_never_reaches_another_host() {
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    let commit = repo.commit_files(&[("vm/web-1.yaml", VM)], "one VM");
+    let elsewhere = Receiver::start().await;
+    let redirecting = Receiver::start().await;
+    redirecting.redirect(307, &elsewhere.url("/stolen"));
+    let token = secret_file(&world, "notify-token", TOKEN);
+    let notify = format!(
+        "[[notify]]\nkind = \"webhook\"\nurl = \"{}\"\ntoken_file = {token}\nevents = [\"applied\"]\n",
+        redirecting.url("/hook")
+    );
+    let (agent, _daemon) = start_agent(&world, &repo, |t| t.poll("1s").raw(&notify)).await;
+    agent
+        .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(commit.as_str()))
+        .await;
+    let deadline = Instant::now() + PATIENCE;
+    while !agent.log_text().contains("notification given up") {
+        assert!(
+            Instant::now() < deadline,
+            "the redirect was not given up; log:\n{}",
+            agent.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sent = redirecting.requests();
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert_eq!(sent[0].header("authorization"), format!("Bearer {TOKEN}"));
+    assert!(
+        elsewhere.requests().is_empty(),
+        "{:#?}",
+        elsewhere.requests()
+    );
+    let log = agent.log_text();
+    assert!(log.contains("HTTP 307"), "{log}");
+    assert!(!log.contains(TOKEN) && !log.contains("/stolen"), "{log}");
+    let mut agent = agent;
+    assert!(agent.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn email_is_delivered_over_starttls_with_auth_as_plain_text_and_html() {
     let Ok(python) = notify_python().map_err(|m| eprintln!("skipped: {m}")) else {
         return;

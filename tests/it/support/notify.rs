@@ -43,6 +43,7 @@ impl Received {
 struct Shared {
     requests: Mutex<Vec<Received>>,
     status: AtomicU16,
+    location: Mutex<Option<String>>,
 }
 
 /// An HTTP server on 127.0.0.1 that records every request and answers with the status set
@@ -65,7 +66,8 @@ async fn record(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> (StatusCode, String) {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let status = shared.status.load(Ordering::SeqCst);
     let body = serde_json::from_slice(&body)
         .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&body).into()));
@@ -76,10 +78,17 @@ async fn record(
         body,
         status,
     });
-    (
+    let mut response = (
         StatusCode::from_u16(status).unwrap(),
         r#"{"event_id":"$1"}"#.to_owned(),
     )
+        .into_response();
+    if let Some(location) = shared.location.lock().unwrap().clone() {
+        response
+            .headers_mut()
+            .insert("location", location.parse().unwrap());
+    }
+    response
 }
 
 impl Receiver {
@@ -93,6 +102,7 @@ impl Receiver {
         let shared = Arc::new(Shared {
             requests: Mutex::default(),
             status: AtomicU16::new(200),
+            location: Mutex::default(),
         });
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -111,6 +121,12 @@ impl Receiver {
     /// Answers every later request with `status`.
     pub(crate) fn answer(&self, status: u16) {
         self.shared.status.store(status, Ordering::SeqCst);
+    }
+
+    /// Answers every later request with a redirect (`status`) to `location`.
+    pub(crate) fn redirect(&self, status: u16, location: &str) {
+        *self.shared.location.lock().unwrap() = Some(location.to_owned());
+        self.answer(status);
     }
 
     /// Every request so far.
