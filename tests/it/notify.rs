@@ -388,6 +388,58 @@ async fn an_unreachable_target_never_holds_a_pass_back_and_gets_the_message_once
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn beyond_max_per_minute_messages_are_counted_and_one_summary_follows() {
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    repo.commit_files(&[("vm/web-1.yaml", VM)], "one VM, drift reported only");
+    let webhook = Receiver::start().await;
+    let notify = format!(
+        "[[notify]]\nkind = \"webhook\"\nurl = \"{}\"\nmax_per_minute = 1\n",
+        webhook.url("/hook")
+    );
+    let (agent, _daemon) = start_agent(&world, &repo, |t| t.poll("1s").raw(&notify)).await;
+    let log = || agent.log_text();
+    // The first message of the minute goes out …
+    webhook.wait_for("applied", log).await;
+    // … the next one, within the same minute, does not.
+    set_memory(&world, "1024").await;
+    let deadline = Instant::now() + PATIENCE;
+    while !log().contains("notification not sent: rate limit reached") {
+        assert!(
+            Instant::now() < deadline,
+            "not rate-limited; log:\n{}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, metrics) = agent.get_text("/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"proxops_notifications_total{target="0",kind="webhook",result="rate-limited"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(webhook.delivered("drift-found").is_empty());
+    // Once the minute is over, one summary says how many were not sent.
+    let summary = webhook
+        .wait_for_within("rate-limited", PATIENCE * 2, log)
+        .await;
+    assert_eq!(summary.body["event"], "rate-limited");
+    assert!(
+        summary.body["suppressed"].as_u64().unwrap() >= 1,
+        "{}",
+        summary.body
+    );
+    assert_eq!(summary.body["node"], "pve1");
+    if let Ok(python) = notify_python() {
+        let schema = crate::support::repo_root().join("docs/notify-webhook.schema.json");
+        assert_valid(&python, &schema, &[summary.body.clone()]);
+    }
+    let mut agent = agent;
+    assert!(agent.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_redirect_is_not_followed_so_the_token_never_reaches_another_host() {
     let world = World::start(&[]).await;
     let repo = TestRepo::new();

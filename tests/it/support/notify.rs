@@ -144,7 +144,17 @@ impl Receiver {
 
     /// Waits until a request for `event` was delivered; the first such.
     pub(crate) async fn wait_for(&self, event: &str, log: impl Fn() -> String) -> Received {
-        let deadline = Instant::now() + PATIENCE;
+        self.wait_for_within(event, PATIENCE, log).await
+    }
+
+    /// [`Receiver::wait_for`] with a patience of its own.
+    pub(crate) async fn wait_for_within(
+        &self,
+        event: &str,
+        patience: Duration,
+        log: impl Fn() -> String,
+    ) -> Received {
+        let deadline = Instant::now() + patience;
         loop {
             if let Some(first) = self.delivered(event).into_iter().next() {
                 return first;
