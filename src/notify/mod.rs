@@ -344,8 +344,10 @@ fn read_facts(
             }
         })
         .collect();
-    let diagnostics = store
-        .pass_diagnostics(pass.id)?
+    // Through JSON: the stored diagnostics read back as `Diagnostic`s serialise to the
+    // fields `diagnostic_line` reads, whichever form the store hands them in.
+    let diagnostics = serde_json::to_value(store.pass_diagnostics(pass.id)?)
+        .ok()
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default()
         .iter()
