@@ -302,6 +302,70 @@ events = ["drift-found"]
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_invalid_commit_is_announced_once_with_its_located_diagnostics_then_git_down_as_stale() {
+    let Ok(python) = notify_python().map_err(|m| eprintln!("skipped: {m}")) else {
+        return;
+    };
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    let good = repo.commit_files(&[("vm/web-1.yaml", VM)], "one VM");
+    let webhook = Receiver::start().await;
+    let notify = format!(
+        "[[notify]]\nkind = \"webhook\"\nurl = \"{}\"\nevents = [\"invalid\", \"stale\"]\n",
+        webhook.url("/hook")
+    );
+    let (agent, daemon) = start_agent(&world, &repo, |t| t.poll("1s").raw(&notify)).await;
+    let log = || agent.log_text();
+    agent
+        .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(good.as_str()))
+        .await;
+
+    let typo = repo.commit_files(
+        &[(
+            "vm/web-1.yaml",
+            &VM.replace("memory: 512MiB", "memory: lots"),
+        )],
+        "a typo",
+    );
+    let invalid = webhook.wait_for("invalid", log).await;
+    assert_eq!(invalid.body["pass"]["commit"], typo.as_str());
+    let diagnostics = invalid.body["diagnostics"].as_array().unwrap();
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.as_str().unwrap().starts_with("vm/web-1.yaml:")
+                && d.as_str().unwrap().contains(": error: ")),
+        "{}",
+        invalid.body
+    );
+    assert!(
+        invalid.body["title"]
+            .as_str()
+            .unwrap()
+            .contains("is invalid")
+    );
+    // Later passes at the same commit say nothing new.
+    let seen = passes(&agent).await;
+    wait_for_passes(&agent, seen + 2).await;
+    assert_eq!(webhook.delivered("invalid").len(), 1);
+
+    // git goes away: the last good revision stays in force, and that is announced once.
+    drop(daemon);
+    let stale = webhook.wait_for("stale", log).await;
+    assert!(stale.body["error"].is_string(), "{}", stale.body);
+    let seen = passes(&agent).await;
+    wait_for_passes(&agent, seen + 2).await;
+    assert_eq!(webhook.delivered("stale").len(), 1);
+
+    let documents: Vec<serde_json::Value> =
+        webhook.requests().into_iter().map(|r| r.body).collect();
+    let schema = crate::support::repo_root().join("docs/notify-webhook.schema.json");
+    assert_valid(&python, &schema, &documents);
+    let mut agent = agent;
+    assert!(agent.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_flapping_drift_is_announced_once() {
     let world = World::start(&[]).await;
     let repo = TestRepo::new();
