@@ -497,7 +497,7 @@ async fn beyond_max_per_minute_messages_are_counted_and_one_summary_follows() {
     assert_eq!(summary.body["node"], "pve1");
     if let Ok(python) = notify_python() {
         let schema = crate::support::repo_root().join("docs/notify-webhook.schema.json");
-        assert_valid(&python, &schema, &[summary.body.clone()]);
+        assert_valid(&python, &schema, std::slice::from_ref(&summary.body));
     }
     let mut agent = agent;
     assert!(agent.terminate().success());
