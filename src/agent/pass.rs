@@ -641,6 +641,8 @@ fn last_pass(
         objects,
         abort_reason,
         writes_held_back: None,
+        enforced_commit: None,
+        head_invalid: None,
     }
 }
 
