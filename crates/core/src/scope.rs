@@ -873,3 +873,407 @@ fn finding(action: &Action, kind: FindingKind, message: String) -> Finding {
         message,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest::GuestType;
+    use crate::plan::{Create, GuestRef};
+
+    const VM: &str = "apiVersion: proxops/v1alpha1
+kind: VM
+metadata:
+  name: web
+spec:
+  node: pve1
+  vmid: 150
+  memory: 1GiB
+  cpu: {type: host, cores: 1}
+  disks:
+    - {storage: local-lvm, size: 8GiB}
+  networks:
+    - bridge: vmbr0
+";
+
+    fn files(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+        entries
+            .iter()
+            .map(|(p, t)| ((*p).to_owned(), (*t).to_owned()))
+            .collect()
+    }
+
+    fn state(files: &BTreeMap<String, String>) -> DesiredState {
+        let loaded = crate::repository::load(files);
+        assert!(!loaded.has_errors(), "{:?}", loaded.diagnostics);
+        loaded.states[0].clone()
+    }
+
+    fn problems(scope: &Scope, entries: &[(&str, &str)]) -> Vec<String> {
+        let files = files(entries);
+        check(scope, &state(&files), &files)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_vmid_outside_the_scope_makes_the_revision_invalid_naming_the_scope_key() {
+        let scope = Scope {
+            vmids: Some(VmidRanges::parse("100-149,9000-9099").unwrap()),
+            ..Scope::default()
+        };
+        let found = problems(&scope, &[("vm/web.yaml", VM)]);
+        assert_eq!(
+            found,
+            [
+                "vm/web.yaml:7:9: error: spec.vmid: vmid 150 is outside the operator's scope: [scope] vmids = \"100-149,9000-9099\" in the agent config\n  help: use a vmid in \"100-149,9000-9099\", or add 150 to [scope] vmids in agent.toml"
+            ]
+        );
+        let wider = Scope {
+            vmids: Some(VmidRanges::parse("100-199").unwrap()),
+            ..Scope::default()
+        };
+        assert!(problems(&wider, &[("vm/web.yaml", VM)]).is_empty());
+    }
+
+    #[test]
+    fn a_node_outside_the_scope_is_refused_at_spec_node() {
+        let scope = Scope {
+            nodes: Some(vec!["pve2".to_owned()]),
+            ..Scope::default()
+        };
+        let found = problems(&scope, &[("vm/web.yaml", VM)]);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].starts_with("vm/web.yaml:6:9: error: spec.node: node `pve1` is outside the operator's scope: [scope] nodes = [\"pve2\"]"), "{found:?}");
+    }
+
+    #[test]
+    fn a_storage_outside_the_scope_is_refused() {
+        let scope = Scope {
+            storages: Some(vec!["local".to_owned()]),
+            ..Scope::default()
+        };
+        let found = problems(&scope, &[("vm/web.yaml", VM)]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("vm/web.yaml:11:17: error: spec.disks[0].storage: storage `local-lvm` is outside the operator's scope: [scope] storages = [\"local\"] in the agent config"), "{found:?}");
+        assert!(
+            found[0].contains("help: add \"local-lvm\" to [scope] storages in agent.toml"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_bridge_outside_the_scope_is_refused() {
+        let scope = Scope {
+            bridges: Some(vec!["vmbr1".to_owned()]),
+            ..Scope::default()
+        };
+        let found = problems(&scope, &[("vm/web.yaml", VM)]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("vm/web.yaml:13:15: error: spec.networks[0].bridge: bridge `vmbr0` is outside the operator's scope: [scope] bridges = [\"vmbr1\"]"), "{found:?}");
+    }
+
+    #[test]
+    fn a_dangerous_extra_key_is_refused_unless_listed() {
+        for key in [
+            "args",
+            "hookscript",
+            "hostpci0",
+            "usb1",
+            "virtio3",
+            "cicustom",
+        ] {
+            let vm = format!("{VM}  extra:\n    {key}: x\n");
+            let found = problems(&Scope::default(), &[("vm/web.yaml", &vm)]);
+            assert_eq!(found.len(), 1, "{key}: {found:?}");
+            assert!(
+                found[0].starts_with(&format!(
+                    "vm/web.yaml:15:5: error: spec.extra.{key}: `{key}` is a dangerous PVE key"
+                )),
+                "{found:?}"
+            );
+            assert!(found[0].contains("[scope] extra_keys"), "{found:?}");
+        }
+        let vm = format!("{VM}  extra:\n    hostpci0: 0000:01:00.0\n    balloon: \"0\"\n");
+        let listed = Scope {
+            extra_keys: Some(vec!["hostpci*".to_owned()]),
+            ..Scope::default()
+        };
+        let found = problems(&listed, &[("vm/web.yaml", &vm)]);
+        assert_eq!(found.len(), 1, "a list allows only its keys: {found:?}");
+        assert!(
+            found[0].contains(
+                "spec.extra.balloon: `balloon` is not in [scope] extra_keys = [\"hostpci*\"]"
+            ),
+            "{found:?}"
+        );
+        // Without a list, a harmless key passes as before.
+        let harmless = format!("{VM}  extra:\n    balloon: \"0\"\n");
+        assert!(problems(&Scope::default(), &[("vm/web.yaml", &harmless)]).is_empty());
+    }
+
+    #[test]
+    fn a_bind_mount_outside_host_paths_is_refused() {
+        let ct = "apiVersion: proxops/v1alpha1
+kind: LXC
+metadata: {name: ct}
+spec:
+  node: pve1
+  vmid: 200
+  template: deb
+  memory: 512MiB
+  cpu: {cores: 1}
+  root: {storage: local-lvm, size: 4GiB}
+  bind-mounts:
+    - {host-path: /etc/pve/priv, mount-point: /mnt/x}
+";
+        let tmpl = "apiVersion: proxops/v1alpha1\nkind: CTTemplate\nmetadata: {name: deb}\nspec: {nodes: [pve1], storage: local, filename: d.tar.zst, url: 'https://x.org/d.tar.zst'}\n";
+        let found = problems(
+            &Scope::default(),
+            &[("lxc/ct.yaml", ct), ("ctt/deb.yaml", tmpl)],
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("lxc/ct.yaml:12:19: error: spec.bind-mounts[0].host-path: host path `/etc/pve/priv` is outside the operator's scope: [scope] host_paths = []"), "{found:?}");
+        let allowed = Scope {
+            host_paths: vec!["/etc/pve".to_owned()],
+            ..Scope::default()
+        };
+        assert!(problems(&allowed, &[("lxc/ct.yaml", ct), ("ctt/deb.yaml", tmpl)]).is_empty());
+        assert!(under("/srv/a/b", "/srv/a") && !under("/srv/ab", "/srv/a"));
+    }
+
+    #[test]
+    fn an_adopt_annotation_outside_the_adopt_ranges_is_refused_at_the_annotation() {
+        let vm = VM.replace(
+            "  name: web\n",
+            "  name: web\n  annotations:\n    proxops/adopt: \"true\"\n",
+        );
+        let found = problems(&Scope::default(), &[("vm/web.yaml", &vm)]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("vm/web.yaml:6:20: error: metadata.annotations.proxops/adopt: adopting vmid 150 is outside the operator's scope: [scope] adopt = \"none\""), "{found:?}");
+        let adopt = Scope {
+            adopt: VmidRanges::parse("150").unwrap(),
+            ..Scope::default()
+        };
+        assert!(problems(&adopt, &[("vm/web.yaml", &vm)]).is_empty());
+    }
+
+    const ISO_HTTP: &str = "apiVersion: proxops/v1alpha1
+kind: ISO
+metadata: {name: netinst}
+spec:
+  nodes: [pve1]
+  storage: local
+  filename: n.iso
+  url: http://mirror.example.org/n.iso
+";
+
+    #[test]
+    fn an_http_artifact_url_without_a_checksum_is_refused() {
+        let found = problems(&Scope::default(), &[("iso/n.yaml", ISO_HTTP)]);
+        assert_eq!(
+            found,
+            [
+                "iso/n.yaml:8:8: error: spec.url: an `http://` download has no checksum, so anyone on the path can replace the file\n  help: add `checksum: {algorithm: sha256, value: …}` (the published digest), or use an `https://` URL"
+            ]
+        );
+        let summed = format!(
+            "{ISO_HTTP}  checksum: {{algorithm: sha256, value: {}}}\n",
+            "a".repeat(64)
+        );
+        assert!(problems(&Scope::default(), &[("iso/n.yaml", &summed)]).is_empty());
+        let https = ISO_HTTP.replace("http://", "https://");
+        assert!(problems(&Scope::default(), &[("iso/n.yaml", &https)]).is_empty());
+        let rig = Scope {
+            allow_http_without_checksum: true,
+            ..Scope::default()
+        };
+        assert!(problems(&rig, &[("iso/n.yaml", ISO_HTTP)]).is_empty());
+    }
+
+    #[test]
+    fn an_artifact_url_resolving_to_loopback_is_refused_unless_listed() {
+        let iso = ISO_HTTP.replace("http://mirror.example.org", "https://internal.example");
+        let files = files(&[("iso/n.yaml", &iso)]);
+        let desired = state(&files);
+        let resolve = |_: &str| Ok(vec!["127.0.0.1".parse().unwrap()]);
+        let found = check_hosts(&Scope::default(), &desired, &files, &[], resolve);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0].to_string(),
+            "iso/n.yaml:8:8: error: spec.url: download host `internal.example` resolves to 127.0.0.1, an internal address (loopback, private, link-local or this node's), and [scope] artifact_hosts in the agent config does not list it\n  help: download from a public host, or have the operator add \"internal.example\" to [scope] artifact_hosts in agent.toml"
+        );
+        // Private, link-local and the node's own (public) address are refused alike.
+        for address in [
+            "10.1.2.3",
+            "169.254.169.254",
+            "fe80::1",
+            "fd00::1",
+            "100.64.0.1",
+        ] {
+            let found = check_hosts(&Scope::default(), &desired, &files, &[], |_| {
+                Ok(vec![address.parse().unwrap()])
+            });
+            assert_eq!(found.len(), 1, "{address}");
+        }
+        let own: IpAddr = "203.0.113.9".parse().unwrap();
+        let found = check_hosts(&Scope::default(), &desired, &files, &[own], |_| {
+            Ok(vec![own])
+        });
+        assert!(
+            found[0].message.contains("an address of this node"),
+            "{found:?}"
+        );
+        // A public address passes; a host that does not resolve is refused.
+        let public = |_: &str| Ok(vec!["151.101.2.132".parse().unwrap()]);
+        assert!(check_hosts(&Scope::default(), &desired, &files, &[], public).is_empty());
+        let nx = |_: &str| Err("no such host".to_owned());
+        assert!(
+            check_hosts(&Scope::default(), &desired, &files, &[], nx)[0]
+                .message
+                .contains("does not resolve (no such host)")
+        );
+        // Listed, it is allowed whatever it resolves to; unlisted hosts are then refused.
+        let listed = Scope {
+            artifact_hosts: Some(vec!["internal.example".to_owned()]),
+            ..Scope::default()
+        };
+        assert!(check(&listed, &desired, &files).is_empty());
+        let other = Scope {
+            artifact_hosts: Some(vec!["mirror.example.org".to_owned()]),
+            ..Scope::default()
+        };
+        assert!(
+            check(&other, &desired, &files)[0]
+                .message
+                .contains("is not in [scope] artifact_hosts = [\"mirror.example.org\"]")
+        );
+        // An IP literal is checked without resolving.
+        let literal = ISO_HTTP.replace("http://mirror.example.org", "https://127.0.0.1:8080");
+        let found = problems(&Scope::default(), &[("iso/n.yaml", &literal)]);
+        assert!(
+            found[0]
+                .contains("download host `127.0.0.1` resolves to 127.0.0.1, an internal address"),
+            "{found:?}"
+        );
+    }
+
+    fn create(name: &str, vmid: u32) -> Action {
+        Action {
+            resource: ResourceId::new(crate::resource::Kind::Vm, name),
+            node: "pve1".to_owned(),
+            verb: Verb::Create(Create {
+                vmid,
+                guest_type: GuestType::Qemu,
+                params: BTreeMap::new(),
+                grow: Vec::new(),
+            }),
+            reason: "declared".to_owned(),
+        }
+    }
+
+    fn start(name: &str, vmid: u32) -> Action {
+        Action {
+            verb: Verb::Start(GuestRef {
+                vmid,
+                guest_type: GuestType::Qemu,
+            }),
+            ..create(name, vmid)
+        }
+    }
+
+    #[test]
+    fn more_creates_than_max_creates_wait_with_a_finding() {
+        let files = files(&[("vm/web.yaml", VM)]);
+        let desired = state(&files);
+        let plan = Plan {
+            levels: vec![vec![
+                create("a", 101),
+                start("a", 101),
+                create("b", 102),
+                start("b", 102),
+                create("c", 103),
+            ]],
+            ..Plan::default()
+        };
+        let scope = Scope {
+            max_creates: 1,
+            ..Scope::default()
+        };
+        let restricted = restrict(&scope, &desired, plan);
+        let kept: Vec<String> = restricted
+            .actions()
+            .map(|a| format!("{} {}", a.verb.name(), a.resource))
+            .collect();
+        assert_eq!(kept, ["create VM/a", "start VM/a"]);
+        let deferred: Vec<&str> = restricted
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::Deferred)
+            .map(|f| f.resource.name.as_str())
+            .collect();
+        assert_eq!(deferred, ["b", "c"]);
+        assert!(
+            restricted.findings[0]
+                .message
+                .contains("[scope] max_creates (1) reached; a later pass creates it")
+        );
+        assert!(restricted.blocked.contains(&(
+            ResourceId::new(crate::resource::Kind::Vm, "b"),
+            "pve1".to_owned()
+        )));
+    }
+
+    #[test]
+    fn a_prune_outside_the_scope_becomes_a_finding_and_the_executor_refuses_it() {
+        let files = files(&[("vm/web.yaml", VM)]);
+        let desired = state(&files);
+        let delete = Action {
+            verb: Verb::Delete(GuestRef {
+                vmid: 500,
+                guest_type: GuestType::Qemu,
+            }),
+            ..create("old", 500)
+        };
+        let scope = Scope {
+            vmids: Some(VmidRanges::parse("100-199").unwrap()),
+            ..Scope::default()
+        };
+        assert_eq!(
+            scope.refusal(&delete).as_deref(),
+            Some("refused: vmid 500 is outside [scope] vmids in the agent config")
+        );
+        let plan = Plan {
+            levels: vec![vec![delete]],
+            ..Plan::default()
+        };
+        let restricted = restrict(&scope, &desired, plan);
+        assert!(!restricted.has_changes());
+        assert_eq!(restricted.findings[0].kind, FindingKind::OutOfScope);
+        assert_eq!(
+            restricted.findings[0].message,
+            "delete VM/old is not done: vmid 500 is outside [scope] vmids in the agent config"
+        );
+    }
+
+    #[test]
+    fn vmid_ranges_parse_and_print_back() {
+        let ranges = VmidRanges::parse("100-199, 9000,9001-9099").unwrap();
+        assert_eq!(ranges.to_string(), "100-199,9000,9001-9099");
+        assert!(ranges.contains(9050) && !ranges.contains(200));
+        assert!(VmidRanges::parse("1-x").is_err());
+        assert_eq!(VmidRanges::none().to_string(), "none");
+    }
+
+    #[test]
+    fn url_hosts_drop_the_port_user_and_brackets() {
+        assert_eq!(
+            url_host("https://u:p@mirror.org:8443/a"),
+            Some("mirror.org")
+        );
+        assert_eq!(url_host("http://[::1]:80/a"), Some("::1"));
+        assert_eq!(url_host("ftp://x"), None);
+        assert!(!is_public("::ffff:10.0.0.1".parse().unwrap()));
+        assert!(is_public("2a00:1450::1".parse().unwrap()));
+    }
+}
