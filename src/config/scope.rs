@@ -64,7 +64,7 @@ impl RawScope {
             pools: names("scope.pools", self.pools)?,
             storages: names("scope.storages", self.storages)?,
             bridges: names("scope.bridges", self.bridges)?,
-            extra_keys: names("scope.extra_keys", self.extra_keys)?,
+            extra_keys: names("scope.extra_keys", self.extra_keys)?.unwrap_or_default(),
             host_paths,
             artifact_hosts: names("scope.artifact_hosts", self.artifact_hosts)?,
             allow_http_without_checksum: self.allow_http_without_checksum.unwrap_or(false),

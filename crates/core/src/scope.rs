@@ -136,9 +136,9 @@ pub struct Scope {
     pub storages: Option<Vec<String>>,
     /// Bridges NICs may be on.
     pub bridges: Option<Vec<String>>,
-    /// `spec.extra` keys allowed: `None` allows every key but the dangerous ones; a list
-    /// allows only its keys (patterns with a trailing `*`), dangerous ones included.
-    pub extra_keys: Option<Vec<String>>,
+    /// Dangerous `spec.extra` keys ([`DANGEROUS_EXTRA_KEYS`]) allowed all the same (patterns
+    /// with a trailing `*`); every other key is allowed.
+    pub extra_keys: Vec<String>,
     /// Folders under which an LXC bind mount's host path may be (default none: no bind
     /// mounts).
     pub host_paths: Vec<String>,
@@ -162,7 +162,7 @@ impl Default for Scope {
             pools: None,
             storages: None,
             bridges: None,
-            extra_keys: None,
+            extra_keys: Vec::new(),
             host_paths: Vec::new(),
             artifact_hosts: None,
             allow_http_without_checksum: false,
@@ -239,10 +239,7 @@ impl Scope {
 
     /// Whether `key` may pass through `spec.extra`.
     pub fn allows_extra(&self, key: &str) -> bool {
-        match &self.extra_keys {
-            Some(list) => list.iter().any(|p| matches(p, key)),
-            None => dangerous(key).is_none(),
-        }
+        dangerous(key).is_none() || self.extra_keys.iter().any(|p| matches(p, key))
     }
 
     /// Why the executor refuses `action`, if it is outside the scope: a guest on a node or
@@ -341,25 +338,17 @@ impl Scope {
                     continue;
                 }
                 let field = format!("spec.extra.{key}");
-                match (&self.extra_keys, dangerous(key)) {
-                    (None, Some(pattern)) => push(
-                        field,
-                        format!(
-                            "`{key}` is a dangerous PVE key (`{pattern}`: it reaches host devices, host paths, other guests' volumes or raw options) and [scope] extra_keys in the agent config does not list it"
-                        ),
-                        format!(
-                            "remove it, or have the operator add \"{key}\" to [scope] extra_keys in agent.toml"
-                        ),
+                let pattern = dangerous(key).unwrap_or(key);
+                push(
+                    field,
+                    format!(
+                        "`{key}` is a dangerous PVE key (`{pattern}`: it reaches host devices, host paths, other guests' volumes or raw options) and [scope] extra_keys = {} in the agent config does not list it",
+                        shown(&self.extra_keys)
                     ),
-                    (list, _) => push(
-                        field,
-                        format!(
-                            "`{key}` is not in [scope] extra_keys = {} in the agent config",
-                            shown(list.as_deref().unwrap_or_default())
-                        ),
-                        format!("remove it, or add \"{key}\" to [scope] extra_keys in agent.toml"),
+                    format!(
+                        "remove it, or have the operator add \"{key}\" (or \"{pattern}\") to [scope] extra_keys in agent.toml"
                     ),
-                }
+                );
             }
         };
         match &resource.placement {
@@ -635,7 +624,9 @@ pub fn check_hosts(
                 ),
             ),
             Ok(addresses) => {
-                if let Some(mine) = addresses.iter().find(|a| own.contains(a)) {
+                if let Some(problem) = scope.host_problem(host, Some(addresses)) {
+                    problem
+                } else if let Some(mine) = addresses.iter().find(|a| own.contains(a)) {
                     (
                         format!(
                             "download host `{host}` resolves to {mine}, an address of this node, and [scope] artifact_hosts in the agent config does not list it"
@@ -644,8 +635,6 @@ pub fn check_hosts(
                             "download from a public host, or have the operator add \"{host}\" to [scope] artifact_hosts in agent.toml"
                         ),
                     )
-                } else if let Some(problem) = scope.host_problem(host, Some(addresses)) {
-                    problem
                 } else {
                     continue;
                 }
@@ -994,20 +983,16 @@ spec:
             );
             assert!(found[0].contains("[scope] extra_keys"), "{found:?}");
         }
-        let vm = format!("{VM}  extra:\n    hostpci0: 0000:01:00.0\n    balloon: \"0\"\n");
+        let vm =
+            format!("{VM}  extra:\n    hostpci0: 0000:01:00.0\n    args: -x\n    balloon: \"0\"\n");
         let listed = Scope {
-            extra_keys: Some(vec!["hostpci*".to_owned()]),
+            extra_keys: vec!["hostpci*".to_owned()],
             ..Scope::default()
         };
         let found = problems(&listed, &[("vm/web.yaml", &vm)]);
-        assert_eq!(found.len(), 1, "a list allows only its keys: {found:?}");
-        assert!(
-            found[0].contains(
-                "spec.extra.balloon: `balloon` is not in [scope] extra_keys = [\"hostpci*\"]"
-            ),
-            "{found:?}"
-        );
-        // Without a list, a harmless key passes as before.
+        assert_eq!(found.len(), 1, "only the unlisted dangerous key: {found:?}");
+        assert!(found[0].contains("spec.extra.args: `args` is a dangerous PVE key (`args`: it reaches host devices, host paths, other guests' volumes or raw options) and [scope] extra_keys = [\"hostpci*\"]"), "{found:?}");
+        // A harmless key passes as before.
         let harmless = format!("{VM}  extra:\n    balloon: \"0\"\n");
         assert!(problems(&Scope::default(), &[("vm/web.yaml", &harmless)]).is_empty());
     }

@@ -79,7 +79,7 @@ pub(crate) struct AgentToml {
     http: Vec<String>,
     webhook: Vec<String>,
     pve: Vec<String>,
-    scope: Vec<String>,
+    scope: Option<Vec<String>>,
 }
 
 /// The `[scope]` lines every simulator agent.toml has unless [`AgentToml::scope`] replaces
@@ -113,17 +113,17 @@ impl AgentToml {
             http: Vec::new(),
             webhook: Vec::new(),
             pve: Vec::new(),
-            scope: vec![SIM_SCOPE.to_owned()],
+            scope: None,
         }
     }
 
     /// The `[scope]` table's lines, as TOML (`vmids = "100-199"`, `adopt = "140"`, ...),
-    /// replacing the simulator's defaults ([`SIM_SCOPE`]); call it again to add lines.
+    /// instead of the simulator's defaults ([`SIM_SCOPE`]: pass it too to keep them); call
+    /// it again to add lines.
     pub(crate) fn scope(mut self, lines: &str) -> AgentToml {
-        if self.scope.first().map(String::as_str) == Some(SIM_SCOPE) {
-            self.scope.clear();
-        }
-        self.scope.push(lines.to_owned());
+        self.scope
+            .get_or_insert_with(Vec::new)
+            .push(lines.to_owned());
         self
     }
 
@@ -323,9 +323,11 @@ impl AgentToml {
             t.push_str(lines.trim_end());
             t.push('\n');
         }
-        if !self.scope.is_empty() {
+        let sim_scope = [SIM_SCOPE.to_owned()];
+        let scope = self.scope.as_deref().unwrap_or(&sim_scope);
+        if !scope.is_empty() {
             t.push_str("[scope]\n");
-            for lines in &self.scope {
+            for lines in scope {
                 t.push_str(lines.trim_end());
                 t.push('\n');
             }
