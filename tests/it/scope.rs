@@ -305,3 +305,55 @@ async fn an_agent_does_not_apply_a_revision_outside_the_scope_and_records_the_lo
     );
     assert!(agent.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn more_creates_than_max_creates_wait_with_a_finding() {
+    let world = World::start(&[]).await;
+    let api = Api::new(&world);
+    for (name, vmid) in [("a", 151), ("b", 152), ("c", 153)] {
+        world.write(
+            &format!("vm/{name}.yaml"),
+            Some(&vm(name, "pve1", vmid, "")),
+        );
+    }
+    world.write_agent_toml(&world.agent_toml().scope(SIM_SCOPE).scope("max_creates = 2"));
+    let plan = world.proxops(&["plan", "--json"]).await;
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let deferred: Vec<&serde_json::Value> = plan["plan"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "deferred")
+        .collect();
+    assert_eq!(deferred.len(), 1, "{plan:#}");
+    assert_eq!(deferred[0]["resource"]["name"], "c", "{plan:#}");
+    assert!(
+        deferred[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[scope] max_creates (2) reached; a later pass creates it"),
+        "{plan:#}"
+    );
+
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_eq!(apply.status.code(), Some(0), "{}", stderr(&apply));
+    assert!(stdout(&apply).contains("max_creates"), "{}", stdout(&apply));
+    assert_eq!(vmids(&api).await, [151, 152]);
+    // The next pass creates the one that waited.
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_eq!(apply.status.code(), Some(0), "{}", stderr(&apply));
+    assert_eq!(vmids(&api).await, [151, 152, 153]);
+}
+
+/// vmids of every guest in the cluster.
+async fn vmids(api: &Api) -> Vec<u64> {
+    let data = api.get("/cluster/resources?type=vm").await;
+    let mut ids: Vec<u64> = data
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["vmid"].as_u64())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
