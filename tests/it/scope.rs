@@ -357,3 +357,29 @@ async fn vmids(api: &Api) -> Vec<u64> {
     ids.sort_unstable();
     ids
 }
+
+#[test]
+fn validate_with_a_config_checks_the_checkout_against_its_scope_and_reads_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(repo.join("vm")).unwrap();
+    std::fs::write(repo.join("vm/web.yaml"), vm("web", "pve1", 150, "")).unwrap();
+    // Only `[scope]` is read: the token file this config names does not exist.
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        "[pve]\ntoken_secret_file = \"missing\"\n[scope]\nvmids = \"100-149\"\n",
+    )
+    .unwrap();
+    let repo = repo.display().to_string();
+    let config = config.display().to_string();
+    let out = crate::support::proxops(&["validate", &repo, "--config", &config]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("vm/web.yaml:7:9: error: spec.vmid: vmid 150 is outside the operator's scope: [scope] vmids = \"100-149\" in the agent config"),
+        "{}",
+        stderr(&out)
+    );
+    let out = crate::support::proxops(&["validate", &repo]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

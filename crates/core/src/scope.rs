@@ -260,7 +260,17 @@ impl Scope {
                         d.storage
                     ));
                 }
-                return None;
+                if d.url.starts_with("http://")
+                    && d.checksum.is_none()
+                    && !self.allow_http_without_checksum
+                {
+                    return Some(
+                        "refused: an http:// download without a checksum ([scope] allow_http_without_checksum is off)".to_owned(),
+                    );
+                }
+                return url_host(&d.url)
+                    .and_then(|host| self.host_problem(host, None))
+                    .map(|(message, _)| format!("refused: {message}"));
             }
             Verb::Create(c) => c.vmid,
             Verb::Clone(c) => c.vmid,
@@ -1101,7 +1111,7 @@ spec:
             });
             assert_eq!(found.len(), 1, "{address}");
         }
-        let own: IpAddr = "203.0.113.9".parse().unwrap();
+        let own: IpAddr = "91.198.174.192".parse().unwrap();
         let found = check_hosts(&Scope::default(), &desired, &files, &[own], |_| {
             Ok(vec![own])
         });
@@ -1238,6 +1248,59 @@ spec:
         assert_eq!(
             restricted.findings[0].message,
             "delete VM/old is not done: vmid 500 is outside [scope] vmids in the agent config"
+        );
+    }
+
+    #[test]
+    fn the_executor_refuses_a_download_from_an_unlisted_or_internal_host_or_storage() {
+        let download = |url: &str, storage: &str| Action {
+            resource: ResourceId::new(crate::resource::Kind::Iso, "n"),
+            node: "pve1".to_owned(),
+            verb: Verb::Download(crate::plan::Download {
+                storage: storage.to_owned(),
+                content: "iso".to_owned(),
+                filename: "n.iso".to_owned(),
+                url: url.to_owned(),
+                checksum: None,
+                volid: format!("{storage}:iso/n.iso"),
+            }),
+            reason: "missing".to_owned(),
+        };
+        let scope = Scope {
+            storages: Some(vec!["local".to_owned()]),
+            ..Scope::default()
+        };
+        assert_eq!(
+            scope.refusal(&download("https://mirror.org/n.iso", "local")),
+            None
+        );
+        assert!(
+            scope
+                .refusal(&download("https://mirror.org/n.iso", "nfs"))
+                .unwrap()
+                .contains("storage nfs is outside [scope] storages")
+        );
+        assert!(
+            scope
+                .refusal(&download("http://mirror.org/n.iso", "local"))
+                .unwrap()
+                .contains("without a checksum")
+        );
+        assert!(
+            scope
+                .refusal(&download("https://10.0.0.1/n.iso", "local"))
+                .unwrap()
+                .contains("an internal address")
+        );
+        let listed = Scope {
+            artifact_hosts: Some(vec!["mirror.org".to_owned()]),
+            ..Scope::default()
+        };
+        assert!(
+            listed
+                .refusal(&download("https://other.org/n.iso", "local"))
+                .unwrap()
+                .contains("is not in [scope] artifact_hosts")
         );
     }
 

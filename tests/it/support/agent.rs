@@ -317,12 +317,7 @@ impl AgentToml {
             t.push_str(lines.trim_end());
             t.push('\n');
         }
-        t.push_str("[policy]\n");
-        entry(t, "task_timeout", &self.task_timeout);
-        for lines in &self.policy {
-            t.push_str(lines.trim_end());
-            t.push('\n');
-        }
+        // Before `[policy]`: suites append `[policy]` keys at the end of the file.
         let sim_scope = [SIM_SCOPE.to_owned()];
         let scope = self.scope.as_deref().unwrap_or(&sim_scope);
         if !scope.is_empty() {
@@ -331,6 +326,12 @@ impl AgentToml {
                 t.push_str(lines.trim_end());
                 t.push('\n');
             }
+        }
+        t.push_str("[policy]\n");
+        entry(t, "task_timeout", &self.task_timeout);
+        for lines in &self.policy {
+            t.push_str(lines.trim_end());
+            t.push('\n');
         }
         if let Some(path) = &self.age_key_file {
             t.push_str("[secrets]\n");
