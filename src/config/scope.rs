@@ -39,13 +39,12 @@ impl RawScope {
             }),
         };
         let names = |key: &'static str, list: Option<Vec<String>>| -> Result<_, Invalid> {
-            if let Some(list) = &list {
-                if let Some(bad) = list.iter().find(|v| v.trim().is_empty() || v.trim() != *v) {
-                    return Err(Invalid {
-                        key,
-                        message: format!("`{bad}` is not a name; remove the blank or padded entry"),
-                    });
-                }
+            let padded = |v: &&String| v.trim().is_empty() || v.trim() != v.as_str();
+            if let Some(bad) = list.iter().flatten().find(padded) {
+                return Err(Invalid {
+                    key,
+                    message: format!("`{bad}` is not a name; remove the blank or padded entry"),
+                });
             }
             Ok(list)
         };

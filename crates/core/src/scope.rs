@@ -485,10 +485,10 @@ impl Scope {
                         "add `checksum: {algorithm: sha256, value: …}` (the published digest), or use an `https://` URL".to_owned(),
                     );
                 }
-                if let Some(host) = url_host(&a.url) {
-                    if let Some(problem) = self.host_problem(host, None) {
-                        push("spec.url".to_owned(), problem.0, problem.1);
-                    }
+                if let Some(host) = url_host(&a.url)
+                    && let Some(problem) = self.host_problem(host, None)
+                {
+                    push("spec.url".to_owned(), problem.0, problem.1);
                 }
             }
             None => {}
@@ -672,18 +672,18 @@ fn pool_violations<'r>(
             .get("spec")
             .and_then(|spec| spec.get("pool"))
             .and_then(Node::as_str);
-        if let (Placement::Guest { .. }, Some(pool)) = (&resource.placement, pool) {
-            if !pools.iter().any(|p| p == pool) {
-                out.push(Violation {
-                    resource,
-                    field: "spec.pool".to_owned(),
-                    message: format!(
-                        "pool `{pool}` is outside the operator's scope: [scope] pools = {} in the agent config",
-                        shown(pools)
-                    ),
-                    help: format!("add \"{pool}\" to [scope] pools in agent.toml, or use one of those pools"),
-                });
-            }
+        if let (Placement::Guest { .. }, Some(pool)) = (&resource.placement, pool)
+            && !pools.iter().any(|p| p == pool)
+        {
+            out.push(Violation {
+                resource,
+                field: "spec.pool".to_owned(),
+                message: format!(
+                    "pool `{pool}` is outside the operator's scope: [scope] pools = {} in the agent config",
+                    shown(pools)
+                ),
+                help: format!("add \"{pool}\" to [scope] pools in agent.toml, or use one of those pools"),
+            });
         }
     });
 }
@@ -757,23 +757,21 @@ fn locate(violations: Vec<Violation<'_>>, files: &BTreeMap<String, String>) -> V
 /// Where `field` is in `root`: its value, or for an annotation (a key with `/`), the value
 /// under `metadata.annotations`.
 fn locate_field(root: &Node, field: &str) -> crate::manifest::Location {
-    if let Some(key) = field.strip_prefix("metadata.annotations.") {
-        if let Some(node) = root
+    if let Some(key) = field.strip_prefix("metadata.annotations.")
+        && let Some(node) = root
             .get("metadata")
             .and_then(|m| m.get("annotations"))
             .and_then(|a| a.get(key))
-        {
-            return node.location;
-        }
+    {
+        return node.location;
     }
-    if let Some(key) = field.strip_prefix("spec.extra.") {
-        if let Some(node) = root
+    if let Some(key) = field.strip_prefix("spec.extra.")
+        && let Some(node) = root
             .get("spec")
             .and_then(|s| s.get("extra"))
             .and_then(|e| e.key_node(key))
-        {
-            return node.location;
-        }
+    {
+        return node.location;
     }
     root.locate(field).location
 }
