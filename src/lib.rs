@@ -41,6 +41,7 @@ pub mod notify;
 pub mod observe;
 pub mod output;
 pub mod reconcile;
+pub mod scope;
 pub mod secrets;
 pub mod serve;
 pub mod source;
