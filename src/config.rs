@@ -64,6 +64,8 @@ pub struct AgentConfig {
     pub policy: Policy,
     /// Where the cluster's SOPS document and its age identity are.
     pub secrets: SecretsConfig,
+    /// `[[notify]]`: where pass results are announced (`crate::notify`).
+    pub notify: Vec<crate::notify::config::NotifyTarget>,
     /// `[scope]`: what the repository may declare, adopt and create.
     pub scope: proxops_core::scope::Scope,
 }
@@ -250,6 +252,8 @@ struct RawConfig {
     pve: Option<RawPve>,
     policy: Option<RawPolicy>,
     secrets: Option<RawSecrets>,
+    #[serde(default)]
+    notify: Vec<toml::Table>,
     scope: Option<scope::RawScope>,
 }
 
@@ -635,6 +639,14 @@ impl AgentConfig {
             task_timeout,
         };
 
+        let notify = crate::notify::config::parse(
+            raw.notify,
+            &crate::notify::config::Loader {
+                path,
+                resolve: &resolve,
+                read_secret: &read_secret,
+            },
+        )?;
         let scope = raw
             .scope
             .unwrap_or_default()
@@ -654,6 +666,7 @@ impl AgentConfig {
             pve,
             policy,
             secrets,
+            notify,
             scope,
         })
     }

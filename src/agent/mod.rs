@@ -111,6 +111,8 @@ pub fn node_label(scope: &NodeScope) -> String {
 struct Running {
     deps: PassDeps,
     schedule: Schedule,
+    /// `[[notify]]`: rebuilt with the configuration (a reload drops what was still queued).
+    notifier: crate::notify::Notifier,
 }
 
 /// What survives a configuration reload.
@@ -140,7 +142,15 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             config.policy.write_breaker_threshold,
             config.policy.write_breaker_cool_down,
         );
+    let notifier = crate::notify::Notifier::start(
+        &config.notify,
+        &kept.store,
+        &node_label(&config.node),
+        config.cluster.clone(),
+        kept.metrics.clone(),
+    );
     Ok(Running {
+        notifier,
         deps: PassDeps {
             context,
             source: Arc::new(source),
@@ -261,6 +271,11 @@ impl Agent {
         let mut trigger = Trigger::Startup;
         loop {
             let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
+            running.notifier.pass_finished(
+                &kept.store,
+                &running.deps.node_label,
+                !running.deps.writes_allowed(),
+            );
             if let Some(last) = kept.live.last() {
                 kept.metrics.pass(&last.outcome);
             }

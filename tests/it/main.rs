@@ -21,6 +21,7 @@ mod hotplug;
 mod invalid_head;
 mod listener;
 mod migrate;
+mod notify;
 mod one_iso;
 mod pve_api;
 mod readme;
