@@ -139,7 +139,13 @@ mod tests {
             ..pve1
         };
         assert_eq!(ids(since), [c]);
-        assert_eq!(store.passes_matching(&PassFilter::default(), 1).unwrap().len(), 1);
+        assert_eq!(
+            store
+                .passes_matching(&PassFilter::default(), 1)
+                .unwrap()
+                .len(),
+            1
+        );
         assert_eq!(store.pass_nodes().unwrap(), ["pve1", "pve2"]);
     }
 

@@ -1,0 +1,570 @@
+//! The web UI: server-rendered HTML pages behind the same access guard as the status API
+//! ([`crate::http::access`]), readable without JavaScript, with its stylesheet and a small
+//! refresh script embedded in the binary (no CDN, no web fonts: it works offline).
+//!
+//! - `/`: the overview ([`overview`]);
+//! - `/ui/passes`: the pass timeline with its filters ([`passes`]);
+//! - `/ui/passes/{id}`: one pass ([`pass`]);
+//! - `/ui/resources`: the objects per node ([`resources`]);
+//! - `/ui/drift`: open and resolved drift ([`drift`]);
+//! - `/ui/plan`: the plan the next pass would run, read-only, and its levels as SVG ([`plan`]);
+//! - `/ui/assets/*`: the stylesheet and the script.
+//!
+//! Each page is a pure function from its data to HTML; [`html`] holds the one escaping rule.
+//! Every page answer carries a Content-Security-Policy that allows only this origin's
+//! stylesheet and script, so even a value that escaped escaping could not run.
+
+pub mod drift;
+pub mod html;
+pub mod overview;
+pub mod pass;
+pub mod passes;
+pub mod plan;
+pub mod resources;
+
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use proxops_core::diagnostic::{Diagnostic, Severity};
+use proxops_store::PassId;
+use serde::Deserialize;
+
+use super::{
+    DriftJson, HttpState, PassJson, StatusJson, drift_from_store, read_store, status_from_store,
+};
+
+const STYLE: &str = include_str!("assets/style.css");
+const SCRIPT: &str = include_str!("assets/refresh.js");
+
+/// Only this origin's stylesheet and script; no inline script, no frames, no other origin.
+const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// A diagnostic as the UI shows it, read from the store's JSON or from a [`Diagnostic`].
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DiagnosticView {
+    /// Repository-relative path.
+    pub path: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// `error` or `warning`.
+    pub severity: String,
+    /// Field path, empty for whole-file problems.
+    #[serde(default)]
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    #[serde(default)]
+    pub help: Option<String>,
+}
+
+impl DiagnosticView {
+    /// `path:line:col: error: field: message`, as `proxops validate` prints it.
+    pub fn line_text(&self) -> String {
+        let mut text = format!(
+            "{}:{}:{}: {}: ",
+            self.path, self.line, self.column, self.severity
+        );
+        if !self.field.is_empty() {
+            let _ = write!(text, "{}: ", self.field);
+        }
+        text.push_str(&self.message);
+        text
+    }
+
+    /// The diagnostics stored for a pass (the JSON array `Diagnostic`s serialise to); what
+    /// cannot be read is left out.
+    pub fn from_stored(json: Option<serde_json::Value>) -> Vec<Self> {
+        json.and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    }
+}
+
+impl From<&Diagnostic> for DiagnosticView {
+    fn from(d: &Diagnostic) -> Self {
+        Self {
+            path: d.path.clone(),
+            line: d.line,
+            column: d.column,
+            severity: match d.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+            }
+            .to_owned(),
+            field: d.field.clone(),
+            message: d.message.clone(),
+            help: d.help.clone(),
+        }
+    }
+}
+
+/// The diagnostics as a list, one `path:line:col: …` line each, with its help below.
+pub fn diagnostics_list(diagnostics: &[DiagnosticView]) -> String {
+    let mut out = String::from("<ul class=\"diagnostics\">");
+    for d in diagnostics {
+        let _ = write!(
+            out,
+            "<li class=\"{}\"><code>{}</code>",
+            if d.severity == "error" {
+                "error"
+            } else {
+                "warning"
+            },
+            html::escape(&d.line_text())
+        );
+        if let Some(help) = &d.help {
+            let _ = write!(
+                out,
+                "<br><span class=\"help\">help: {}</span>",
+                html::escape(help)
+            );
+        }
+        out.push_str("</li>");
+    }
+    out.push_str("</ul>");
+    out
+}
+
+/// What the UI's handlers read.
+#[derive(Clone)]
+struct Ui {
+    http: HttpState,
+    /// One plan preview at a time.
+    preview_turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The UI's routes, with `state`; merged into the status API's router (behind its guard).
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/", get(overview_page))
+        .route("/ui", get(overview_page))
+        .route("/ui/passes", get(passes_page))
+        .route("/ui/passes/{id}", get(pass_page))
+        .route("/ui/resources", get(resources_page))
+        .route("/ui/drift", get(drift_page))
+        .route("/ui/plan", get(plan_page))
+        .route("/ui/assets/style.css", get(style))
+        .route("/ui/assets/refresh.js", get(script))
+        .with_state(Ui {
+            http: state,
+            preview_turn: Arc::new(tokio::sync::Mutex::new(())),
+        })
+}
+
+fn page_response(status: StatusCode, html: String) -> Response {
+    let mut response = (status, Html(html)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "max-age=300"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn style() -> Response {
+    asset("text/css; charset=utf-8", STYLE)
+}
+
+async fn script() -> Response {
+    asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// The status as `/api/v1/status` reports it: the store's, with the live flags.
+fn with_live(mut status: StatusJson, state: &HttpState) -> StatusJson {
+    status.desired_stale = state.live.desired_stale();
+    status.last_error = state.live.last_error();
+    let breaker = state.live.breaker();
+    status.read_only = breaker.read_only;
+    status.write_breaker = Some(breaker);
+    status
+}
+
+fn report_mode(state: &HttpState) -> bool {
+    state
+        .preview
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+        .is_some_and(|p| p.context.mode == crate::reconcile::Mode::Report)
+}
+
+async fn overview_page(State(ui): State<Ui>) -> Response {
+    let state = &ui.http;
+    let node = state.node_label.clone();
+    let read = read_store(&state.store, move |s| {
+        let status = status_from_store(s, &node)?;
+        let diagnostics = match &status.last_attempted {
+            Some(p) if p.outcome.as_deref() == Some("invalid") => {
+                DiagnosticView::from_stored(s.pass_diagnostics(PassId(p.id))?)
+            }
+            _ => Vec::new(),
+        };
+        let open: Vec<DriftJson> = s.open_findings(None)?.iter().map(DriftJson::from).collect();
+        let recent: Vec<PassJson> = s
+            .recent_passes(Some(&node), 8)?
+            .iter()
+            .map(PassJson::from)
+            .collect();
+        Ok((status, diagnostics, open, recent))
+    })
+    .await;
+    let (status, diagnostics, open_drift, recent) = match read {
+        Ok(values) => values,
+        Err(response) => return response,
+    };
+    let data = overview::Overview {
+        node: state.node_label.clone(),
+        status: with_live(status, state),
+        last: state.live.last(),
+        diagnostics,
+        report_mode: report_mode(state),
+        open_drift,
+        recent,
+        commit_url: state.commit_url.clone(),
+    };
+    page_response(StatusCode::OK, overview::render(&data))
+}
+
+async fn passes_page(State(ui): State<Ui>, Query(query): Query<passes::Query>) -> Response {
+    let state = &ui.http;
+    let filter = passes::filter(&query, SystemTime::now());
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let wanted = filter.clone().ok();
+    let read = read_store(&state.store, move |s| {
+        let nodes = s.pass_nodes()?;
+        let passes = match wanted {
+            Some(filter) => s
+                .passes_matching(&filter, limit)?
+                .iter()
+                .map(PassJson::from)
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok((nodes, passes))
+    })
+    .await;
+    let (nodes, passes) = match read {
+        Ok(values) => values,
+        Err(response) => return response,
+    };
+    let status = if filter.is_err() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    let data = passes::Timeline {
+        node: state.node_label.clone(),
+        query,
+        error: filter.err(),
+        nodes,
+        passes,
+        commit_url: state.commit_url.clone(),
+    };
+    page_response(status, passes::render(&data))
+}
+
+async fn pass_page(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
+    let state = &ui.http;
+    let Ok(id) = id.parse::<i64>() else {
+        return not_found(state, &format!("`{id}` is not a pass number"));
+    };
+    let read = read_store(&state.store, move |s| {
+        let Some(summary) = s.pass(PassId(id))? else {
+            return Ok(None);
+        };
+        let actions = s
+            .actions_of(PassId(id))?
+            .iter()
+            .map(pass::ActionView::from)
+            .collect();
+        let diagnostics = DiagnosticView::from_stored(s.pass_diagnostics(PassId(id))?);
+        let findings = s
+            .findings_seen_between(
+                summary.started_at,
+                summary.ended_at.unwrap_or_else(SystemTime::now),
+            )?
+            .iter()
+            .map(DriftJson::from)
+            .collect();
+        Ok(Some((
+            PassJson::from(&summary),
+            actions,
+            diagnostics,
+            findings,
+        )))
+    })
+    .await;
+    match read {
+        Ok(Some((pass, actions, diagnostics, findings))) => {
+            let data = pass::PassPage {
+                node: state.node_label.clone(),
+                pass,
+                actions,
+                findings,
+                diagnostics,
+                commit_url: state.commit_url.clone(),
+            };
+            page_response(StatusCode::OK, pass::render(&data))
+        }
+        Ok(None) => not_found(state, &format!("there is no pass #{id}")),
+        Err(response) => response,
+    }
+}
+
+fn not_found(state: &HttpState, what: &str) -> Response {
+    let body = format!(
+        "<h1>Not found</h1><p>{}; see <a href=\"/ui/passes\">the passes</a>.</p>",
+        html::escape(what)
+    );
+    page_response(
+        StatusCode::NOT_FOUND,
+        html::page(
+            "Not found",
+            &state.node_label,
+            html::Nav::Passes,
+            None,
+            &body,
+        ),
+    )
+}
+
+async fn resources_page(State(ui): State<Ui>) -> Response {
+    let state = &ui.http;
+    let node = state.node_label.clone();
+    let applied = match read_store(&state.store, move |s| s.last_applied(&node)).await {
+        Ok(applied) => applied.and_then(|p| p.commit),
+        Err(response) => return response,
+    };
+    let last = state.live.last();
+    let enforcing = applied.filter(|a| {
+        last.as_ref()
+            .is_some_and(|l| l.commit.as_deref() != Some(a))
+    });
+    let data = resources::Resources {
+        node: state.node_label.clone(),
+        last,
+        enforcing,
+        commit_url: state.commit_url.clone(),
+    };
+    page_response(StatusCode::OK, resources::render(&data))
+}
+
+async fn drift_page(State(ui): State<Ui>) -> Response {
+    let state = &ui.http;
+    let drift = match read_store(&state.store, drift_from_store).await {
+        Ok(drift) => drift,
+        Err(response) => return response,
+    };
+    let data = drift::DriftPage {
+        node: state.node_label.clone(),
+        open: drift.open,
+        resolved: drift.resolved,
+        commit_url: state.commit_url.clone(),
+    };
+    page_response(StatusCode::OK, drift::render(&data))
+}
+
+async fn plan_page(State(ui): State<Ui>) -> Response {
+    let state = &ui.http;
+    let inputs = state
+        .preview
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let (commit, preview) =
+        plan::preview(inputs, state.store.clone(), ui.preview_turn.clone()).await;
+    let node = state.node_label.clone();
+    let applied = match read_store(&state.store, move |s| s.last_applied(&node)).await {
+        Ok(applied) => applied.and_then(|p| p.commit),
+        Err(response) => return response,
+    };
+    let data = plan::PlanPage {
+        node: state.node_label.clone(),
+        commit,
+        applied,
+        preview,
+        commit_url: state.commit_url.clone(),
+    };
+    page_response(StatusCode::OK, plan::render(&data))
+}
+
+/// Fixed data for the pages' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::agent::status::ObjectStatus;
+
+    pub(crate) fn pass(id: i64, commit: &str, outcome: &str) -> PassJson {
+        PassJson {
+            id,
+            node: "pve1".to_owned(),
+            commit: Some(commit.to_owned()),
+            trigger: "poll".to_owned(),
+            started_at: "2027-01-01T00:00:00Z".to_owned(),
+            ended_at: Some("2027-01-01T00:00:02Z".to_owned()),
+            outcome: Some(outcome.to_owned()),
+            actions_ok: 1,
+            actions_failed: 0,
+            actions_skipped: 0,
+            findings: 0,
+            previous_commit: None,
+            force_pushed: false,
+            desired_stale: false,
+            source_error: None,
+            error: None,
+            write_breaker: None,
+        }
+    }
+
+    pub(crate) fn status(attempted: Option<PassJson>, applied: Option<PassJson>) -> StatusJson {
+        StatusJson {
+            node: "pve1".to_owned(),
+            process_start: None,
+            desired_stale: false,
+            last_error: None,
+            last_applied: applied,
+            last_attempted: attempted,
+            open_findings: 0,
+            read_only: false,
+            write_breaker: None,
+            last_force_push: None,
+        }
+    }
+
+    pub(crate) fn object(kind: &str, name: &str, node: &str, state: &str) -> ObjectStatus {
+        ObjectStatus {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            cluster: None,
+            node: node.to_owned(),
+            id: Some(101),
+            state: state.to_owned(),
+            last_action: None,
+            last_error: None,
+        }
+    }
+
+    pub(crate) fn diagnostic(
+        path: &str,
+        line: usize,
+        column: usize,
+        field: &str,
+        message: &str,
+    ) -> DiagnosticView {
+        DiagnosticView {
+            path: path.to_owned(),
+            line,
+            column,
+            severity: "error".to_owned(),
+            field: field.to_owned(),
+            message: message.to_owned(),
+            help: None,
+        }
+    }
+
+    pub(crate) fn drift(resource: &str, field: &str, resolved_how: Option<&str>) -> DriftJson {
+        DriftJson {
+            node: "pve1".to_owned(),
+            resource: resource.to_owned(),
+            kind: "drift".to_owned(),
+            field: field.to_owned(),
+            desired: "512".to_owned(),
+            observed: "1024".to_owned(),
+            message: format!("{field} differs"),
+            first_seen_commit: Some("abcdef12".to_owned()),
+            first_seen_at: "2027-01-01T00:00:00Z".to_owned(),
+            last_seen_at: "2027-01-01T00:01:00Z".to_owned(),
+            resolved_at: resolved_how.map(|_| "2027-01-01T00:02:00Z".to_owned()),
+            resolved_how: resolved_how.map(str::to_owned),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::ui::testing::diagnostic;
+
+    #[test]
+    fn a_diagnostic_reads_as_validate_prints_it_with_its_help() {
+        let stored = serde_json::json!([{
+            "path": "vm/web.yaml", "line": 3, "column": 5, "severity": "error",
+            "field": "spec.memroy", "message": "unknown field `memroy`", "help": "did you mean `memory`?"
+        }, {
+            "path": "a.yaml", "line": 1, "column": 1, "severity": "error", "field": "", "message": "<not yaml>"
+        }]);
+        let views = DiagnosticView::from_stored(Some(stored));
+        assert_eq!(
+            views[0].line_text(),
+            "vm/web.yaml:3:5: error: spec.memroy: unknown field `memroy`"
+        );
+        assert_eq!(views[1].line_text(), "a.yaml:1:1: error: <not yaml>");
+        let html = diagnostics_list(&views);
+        assert!(
+            html.contains("<br><span class=\"help\">help: did you mean `memory`?</span>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("a.yaml:1:1: error: &lt;not yaml&gt;"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_core_diagnostic_and_its_stored_json_give_the_same_view() {
+        let core = Diagnostic::error("a.yaml", 2, 4, "spec.cpu", "must be a number");
+        let stored = serde_json::to_value([&core]).unwrap();
+        assert_eq!(
+            DiagnosticView::from_stored(Some(stored)),
+            [DiagnosticView::from(&core)]
+        );
+        assert_eq!(
+            DiagnosticView::from(&core),
+            diagnostic("a.yaml", 2, 4, "spec.cpu", "must be a number")
+        );
+        assert_eq!(DiagnosticView::from(&core).line_text(), core.to_string());
+    }
+
+    #[test]
+    fn the_embedded_assets_need_nothing_from_another_origin() {
+        for asset in [STYLE, SCRIPT] {
+            assert!(
+                !asset.contains("http://")
+                    && !asset.contains("https://")
+                    && !asset.contains("@import")
+            );
+        }
+        assert!(STYLE.contains("prefers-color-scheme: dark"));
+        assert!(STYLE.contains("@media (max-width"));
+    }
+}
