@@ -30,3 +30,4 @@ mod sops;
 mod stats_lag;
 mod support;
 mod tls;
+mod ui;
