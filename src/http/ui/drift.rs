@@ -19,6 +19,22 @@ pub struct DriftPage {
     pub commit_url: Option<String>,
 }
 
+/// How a finding was resolved: `corrected by pass 12` (linked), `fixed in PVE`, …
+fn resolution(d: &DriftJson) -> String {
+    let Some(how) = d.resolved_how.as_deref() else {
+        return String::new();
+    };
+    let class = match d.resolution.as_deref() {
+        Some("corrected-by-pass" | "corrected" | "fixed-in-pve") => "ok",
+        _ => "neutral",
+    };
+    let text = format!("<span class=\"badge {class}\">{}</span>", escape(how));
+    match d.resolved_pass {
+        Some(id) => format!("<a href=\"/ui/passes/{id}\">{text}</a>"),
+        None => text,
+    }
+}
+
 fn table(rows: &[DriftJson], resolved: bool, commit_url: Option<&str>) -> String {
     let mut out = String::from(
         "<div class=\"scroll\"><table class=\"drift\"><thead><tr><th>resource</th><th>node</th>\
@@ -50,7 +66,7 @@ fn table(rows: &[DriftJson], resolved: bool, commit_url: Option<&str>) -> String
                 out,
                 "<td>{}</td><td>{}</td>",
                 time(d.resolved_at.as_deref()),
-                d.resolved_how.as_deref().map(badge).unwrap_or_default()
+                resolution(d)
             );
         }
         out.push_str("</tr>");
@@ -108,7 +124,9 @@ mod tests {
         let b = html.find("<td>VM/b</td>").unwrap();
         assert!(open < a && a < resolved && resolved < b, "{html}");
         assert!(
-            html.contains("<span class=\"badge ok\">corrected</span>"),
+            html.contains(
+                "<a href=\"/ui/passes/3\"><span class=\"badge ok\">corrected by pass 3</span></a>"
+            ),
             "{html}"
         );
     }

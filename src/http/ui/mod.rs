@@ -31,9 +31,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use proxops_core::diagnostic::{Diagnostic, Severity};
 use proxops_store::PassId;
-use serde::Deserialize;
 
 use super::{
     DriftJson, HttpState, PassJson, StatusJson, drift_from_store, read_store, status_from_store,
@@ -46,66 +44,7 @@ const SCRIPT: &str = include_str!("assets/refresh.js");
 const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/// A diagnostic as the UI shows it, read from the store's JSON or from a [`Diagnostic`].
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct DiagnosticView {
-    /// Repository-relative path.
-    pub path: String,
-    /// 1-based line.
-    pub line: usize,
-    /// 1-based column.
-    pub column: usize,
-    /// `error` or `warning`.
-    pub severity: String,
-    /// Field path, empty for whole-file problems.
-    #[serde(default)]
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-    /// How to fix it.
-    #[serde(default)]
-    pub help: Option<String>,
-}
-
-impl DiagnosticView {
-    /// `path:line:col: error: field: message`, as `proxops validate` prints it.
-    pub fn line_text(&self) -> String {
-        let mut text = format!(
-            "{}:{}:{}: {}: ",
-            self.path, self.line, self.column, self.severity
-        );
-        if !self.field.is_empty() {
-            let _ = write!(text, "{}: ", self.field);
-        }
-        text.push_str(&self.message);
-        text
-    }
-
-    /// The diagnostics stored for a pass (the JSON array `Diagnostic`s serialise to); what
-    /// cannot be read is left out.
-    pub fn from_stored(json: Option<serde_json::Value>) -> Vec<Self> {
-        json.and_then(|v| serde_json::from_value(v).ok())
-            .unwrap_or_default()
-    }
-}
-
-impl From<&Diagnostic> for DiagnosticView {
-    fn from(d: &Diagnostic) -> Self {
-        Self {
-            path: d.path.clone(),
-            line: d.line,
-            column: d.column,
-            severity: match d.severity {
-                Severity::Error => "error",
-                Severity::Warning => "warning",
-            }
-            .to_owned(),
-            field: d.field.clone(),
-            message: d.message.clone(),
-            help: d.help.clone(),
-        }
-    }
-}
+pub use crate::agent::status::DiagnosticView;
 
 /// The diagnostics as a list, one `path:line:col: …` line each, with its help below.
 pub fn diagnostics_list(diagnostics: &[DiagnosticView]) -> String {
@@ -119,7 +58,7 @@ pub fn diagnostics_list(diagnostics: &[DiagnosticView]) -> String {
             } else {
                 "warning"
             },
-            html::escape(&d.line_text())
+            html::escape(&d.rendered)
         );
         if let Some(help) = &d.help {
             let _ = write!(
@@ -223,22 +162,16 @@ async fn overview_page(State(ui): State<Ui>) -> Response {
     let node = state.node_label.clone();
     let read = read_store(&state.store, move |s| {
         let status = status_from_store(s, &node)?;
-        let diagnostics = match &status.last_attempted {
-            Some(p) if p.outcome.as_deref() == Some("invalid") => {
-                DiagnosticView::from_stored(s.pass_diagnostics(PassId(p.id))?)
-            }
-            _ => Vec::new(),
-        };
         let open: Vec<DriftJson> = s.open_findings(None)?.iter().map(DriftJson::from).collect();
         let recent: Vec<PassJson> = s
             .recent_passes(Some(&node), 8)?
             .iter()
             .map(PassJson::from)
             .collect();
-        Ok((status, diagnostics, open, recent))
+        Ok((status, open, recent))
     })
     .await;
-    let (status, diagnostics, open_drift, recent) = match read {
+    let (status, open_drift, recent) = match read {
         Ok(values) => values,
         Err(response) => return response,
     };
@@ -246,7 +179,6 @@ async fn overview_page(State(ui): State<Ui>) -> Response {
         node: state.node_label.clone(),
         status: with_live(status, state),
         last: state.live.last(),
-        diagnostics,
         report_mode: report_mode(state),
         open_drift,
         recent,
@@ -307,7 +239,6 @@ async fn pass_page(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
             .iter()
             .map(pass::ActionView::from)
             .collect();
-        let diagnostics = DiagnosticView::from_stored(s.pass_diagnostics(PassId(id))?);
         let findings = s
             .findings_seen_between(
                 summary.started_at,
@@ -316,22 +247,16 @@ async fn pass_page(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
             .iter()
             .map(DriftJson::from)
             .collect();
-        Ok(Some((
-            PassJson::from(&summary),
-            actions,
-            diagnostics,
-            findings,
-        )))
+        Ok(Some((PassJson::from(&summary), actions, findings)))
     })
     .await;
     match read {
-        Ok(Some((pass, actions, diagnostics, findings))) => {
+        Ok(Some((pass, actions, findings))) => {
             let data = pass::PassPage {
                 node: state.node_label.clone(),
                 pass,
                 actions,
                 findings,
-                diagnostics,
                 commit_url: state.commit_url.clone(),
             };
             page_response(StatusCode::OK, pass::render(&data))
@@ -360,20 +285,9 @@ fn not_found(state: &HttpState, what: &str) -> Response {
 
 async fn resources_page(State(ui): State<Ui>) -> Response {
     let state = &ui.http;
-    let node = state.node_label.clone();
-    let applied = match read_store(&state.store, move |s| s.last_applied(&node)).await {
-        Ok(applied) => applied.and_then(|p| p.commit),
-        Err(response) => return response,
-    };
-    let last = state.live.last();
-    let enforcing = applied.filter(|a| {
-        last.as_ref()
-            .is_some_and(|l| l.commit.as_deref() != Some(a))
-    });
     let data = resources::Resources {
         node: state.node_label.clone(),
-        last,
-        enforcing,
+        last: state.live.last(),
         commit_url: state.commit_url.clone(),
     };
     page_response(StatusCode::OK, resources::render(&data))
@@ -401,17 +315,20 @@ async fn plan_page(State(ui): State<Ui>) -> Response {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
-    let (commit, preview) =
-        plan::preview(inputs, state.store.clone(), ui.preview_turn.clone()).await;
     let node = state.node_label.clone();
-    let applied = match read_store(&state.store, move |s| s.last_applied(&node)).await {
-        Ok(applied) => applied.and_then(|p| p.commit),
+    let enforced = match read_store(&state.store, move |s| status_from_store(s, &node)).await {
+        Ok(status) => status.enforced_commit,
         Err(response) => return response,
     };
+    let preview = plan::preview(
+        inputs,
+        enforced,
+        state.store.clone(),
+        ui.preview_turn.clone(),
+    )
+    .await;
     let data = plan::PlanPage {
         node: state.node_label.clone(),
-        commit,
-        applied,
         preview,
         commit_url: state.commit_url.clone(),
     };
@@ -443,10 +360,14 @@ pub(crate) mod testing {
             source_error: None,
             error: None,
             write_breaker: None,
+            enforced_commit: Some(commit.to_owned()).filter(|_| outcome != "invalid"),
+            enforced_outcome: None,
+            diagnostics: Vec::new(),
         }
     }
 
     pub(crate) fn status(attempted: Option<PassJson>, applied: Option<PassJson>) -> StatusJson {
+        let applied_commit = applied.as_ref().and_then(|p| p.commit.clone());
         StatusJson {
             node: "pve1".to_owned(),
             process_start: None,
@@ -458,6 +379,8 @@ pub(crate) mod testing {
             read_only: false,
             write_breaker: None,
             last_force_push: None,
+            enforced_commit: applied_commit,
+            head_invalid: None,
         }
     }
 
@@ -481,15 +404,8 @@ pub(crate) mod testing {
         field: &str,
         message: &str,
     ) -> DiagnosticView {
-        DiagnosticView {
-            path: path.to_owned(),
-            line,
-            column,
-            severity: "error".to_owned(),
-            field: field.to_owned(),
-            message: message.to_owned(),
-            help: None,
-        }
+        let core = proxops_core::diagnostic::Diagnostic::error(path, line, column, field, message);
+        DiagnosticView::from(&core)
     }
 
     pub(crate) fn drift(resource: &str, field: &str, resolved_how: Option<&str>) -> DriftJson {
@@ -505,7 +421,12 @@ pub(crate) mod testing {
             first_seen_at: "2027-01-01T00:00:00Z".to_owned(),
             last_seen_at: "2027-01-01T00:01:00Z".to_owned(),
             resolved_at: resolved_how.map(|_| "2027-01-01T00:02:00Z".to_owned()),
-            resolved_how: resolved_how.map(str::to_owned),
+            resolved_how: resolved_how.map(|how| format!("{how} by pass 3")),
+            resolution: resolved_how.map(|how| format!("{how}-by-pass")),
+            last_seen_commit: Some("abcdef12".to_owned()),
+            first_seen_pass: Some(1),
+            last_seen_pass: Some(2),
+            resolved_pass: resolved_how.map(|_| 3),
         }
     }
 }
@@ -513,23 +434,26 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::ui::testing::diagnostic;
 
     #[test]
-    fn a_diagnostic_reads_as_validate_prints_it_with_its_help() {
-        let stored = serde_json::json!([{
-            "path": "vm/web.yaml", "line": 3, "column": 5, "severity": "error",
-            "field": "spec.memroy", "message": "unknown field `memroy`", "help": "did you mean `memory`?"
-        }, {
-            "path": "a.yaml", "line": 1, "column": 1, "severity": "error", "field": "", "message": "<not yaml>"
-        }]);
-        let views = DiagnosticView::from_stored(Some(stored));
-        assert_eq!(
-            views[0].line_text(),
-            "vm/web.yaml:3:5: error: spec.memroy: unknown field `memroy`"
+    fn diagnostics_are_listed_as_validate_prints_them_with_their_help_escaped() {
+        let mut with_help = proxops_core::diagnostic::Diagnostic::error(
+            "vm/web.yaml",
+            3,
+            5,
+            "spec.memroy",
+            "unknown key `memroy`",
         );
-        assert_eq!(views[1].line_text(), "a.yaml:1:1: error: <not yaml>");
-        let html = diagnostics_list(&views);
+        with_help.help = Some("did you mean `memory`?".to_owned());
+        let markup = proxops_core::diagnostic::Diagnostic::error("a.yaml", 1, 1, "", "<not yaml>");
+        let html = diagnostics_list(&[
+            DiagnosticView::from(&with_help),
+            DiagnosticView::from(&markup),
+        ]);
+        assert!(
+            html.contains("<code>vm/web.yaml:3:5: error: spec.memroy: unknown key `memroy`</code>"),
+            "{html}"
+        );
         assert!(
             html.contains("<br><span class=\"help\">help: did you mean `memory`?</span>"),
             "{html}"
@@ -538,21 +462,6 @@ mod tests {
             html.contains("a.yaml:1:1: error: &lt;not yaml&gt;"),
             "{html}"
         );
-    }
-
-    #[test]
-    fn a_core_diagnostic_and_its_stored_json_give_the_same_view() {
-        let core = Diagnostic::error("a.yaml", 2, 4, "spec.cpu", "must be a number");
-        let stored = serde_json::to_value([&core]).unwrap();
-        assert_eq!(
-            DiagnosticView::from_stored(Some(stored)),
-            [DiagnosticView::from(&core)]
-        );
-        assert_eq!(
-            DiagnosticView::from(&core),
-            diagnostic("a.yaml", 2, 4, "spec.cpu", "must be a number")
-        );
-        assert_eq!(DiagnosticView::from(&core).line_text(), core.to_string());
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use super::diagnostics_list;
 use super::html::{self, Nav, badge, commit, escape, pass_link, time};
-use super::{DiagnosticView, diagnostics_list};
 use crate::agent::status::LastPass;
 use crate::http::{DriftJson, PassJson, StatusJson};
 
@@ -19,8 +19,6 @@ pub struct Overview {
     pub status: StatusJson,
     /// The last finished pass in memory (its objects).
     pub last: Option<LastPass>,
-    /// The diagnostics of the last attempted pass, when its revision was invalid.
-    pub diagnostics: Vec<DiagnosticView>,
     /// `[policy] mode = "report"`: no pass writes.
     pub report_mode: bool,
     /// Open drift findings.
@@ -47,18 +45,18 @@ fn banners(o: &Overview, out: &mut String) {
     };
     match attempted {
         None => out.push_str("<p class=\"banner neutral\">No pass has run yet.</p>"),
-        Some(p) if p.outcome.as_deref() == Some("invalid") => {
-            let errors = o
-                .diagnostics
-                .iter()
-                .filter(|d| d.severity == "error")
-                .count();
+        Some(p) if o.status.head_invalid.is_some() => {
+            let invalid = o
+                .status
+                .head_invalid
+                .as_ref()
+                .map_or("", |i| i.summary.as_str());
             let _ = write!(
                 out,
-                "<p class=\"banner bad\" id=\"head-invalid\">HEAD {} is invalid ({errors} {}); {enforcing}. \
-                 <a href=\"/ui/passes/{}\">Pass #{}</a> lists the problems.</p>",
-                commit(head, url),
-                if errors == 1 { "error" } else { "errors" },
+                "<p class=\"banner bad\" id=\"head-invalid\"><b>{}</b>. \
+                 <a href=\"/ui/passes/{}\">Pass #{}</a> lists the problems; passes keep \
+                 observing and enforcing the revision in force.</p>",
+                escape(invalid),
                 p.id,
                 p.id
             );
@@ -124,9 +122,14 @@ fn banners(o: &Overview, out: &mut String) {
 pub fn render(o: &Overview) -> String {
     let mut body = String::from("<h1>Overview</h1>");
     banners(o, &mut body);
-    if !o.diagnostics.is_empty() {
+    if let Some(invalid) = o
+        .status
+        .head_invalid
+        .as_ref()
+        .filter(|i| !i.diagnostics.is_empty())
+    {
         body.push_str("<section><h2>Why HEAD is invalid</h2>");
-        body.push_str(&diagnostics_list(&o.diagnostics));
+        body.push_str(&diagnostics_list(&invalid.diagnostics));
         body.push_str("</section>");
     }
 
@@ -138,6 +141,7 @@ pub fn render(o: &Overview) -> String {
         body,
         "<div class=\"card\"><h3>HEAD</h3><p>{}</p><p>{}</p></div>\
          <div class=\"card\"><h3>Applied</h3><p>{}</p><p>{}</p></div>\
+         <div class=\"card\"><h3>In force</h3><p>{}</p></div>\
          <div class=\"card\"><h3>Open drift</h3><p class=\"big\"><a href=\"/ui/drift\">{}</a></p></div>\
          <div class=\"card\"><h3>Write breaker</h3><p>{}</p></div>",
         commit(attempted.and_then(|p| p.commit.as_deref()), url),
@@ -151,6 +155,7 @@ pub fn render(o: &Overview) -> String {
         ),
         commit(applied.and_then(|p| p.commit.as_deref()), url),
         applied.map_or_else(|| "–".to_owned(), |p| time(p.ended_at.as_deref())),
+        commit(o.status.enforced_commit.as_deref(), url),
         o.status.open_findings,
         badge(
             o.status
@@ -221,15 +226,30 @@ pub fn render(o: &Overview) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::ui::testing::{diagnostic, object, pass, status};
+    use crate::agent::status::InvalidHead;
+    use crate::http::ui::testing::{object, pass, status};
 
     fn overview() -> Overview {
+        let mut status = status(
+            Some(pass(2, "bbbbbbbb", "invalid")),
+            Some(pass(1, "aaaaaaaa", "applied")),
+        );
+        let typo = proxops_core::diagnostic::Diagnostic::error(
+            "vm/web.yaml",
+            7,
+            3,
+            "spec.memroy",
+            "unknown key `memroy`",
+        );
+        status.head_invalid = Some(InvalidHead::new(
+            "bbbbbbbb",
+            "invalid",
+            &[typo],
+            Some(("aaaaaaaa", true)),
+        ));
         Overview {
             node: "pve1".to_owned(),
-            status: status(
-                Some(pass(2, "bbbbbbbb", "invalid")),
-                Some(pass(1, "aaaaaaaa", "applied")),
-            ),
+            status,
             last: Some(LastPass {
                 commit: Some("bbbbbbbb".to_owned()),
                 started_at: "2027-01-01T00:00:00Z".to_owned(),
@@ -241,14 +261,9 @@ mod tests {
                 ],
                 abort_reason: None,
                 writes_held_back: None,
+                enforced_commit: Some("aaaaaaaa".to_owned()),
+                head_invalid: None,
             }),
-            diagnostics: vec![diagnostic(
-                "vm/web.yaml",
-                7,
-                3,
-                "spec.memroy",
-                "unknown field `memroy`",
-            )],
             report_mode: false,
             open_drift: Vec::new(),
             recent: vec![
@@ -262,10 +277,11 @@ mod tests {
     #[test]
     fn an_invalid_head_says_which_revision_is_enforced_and_lists_its_diagnostics() {
         let html = render(&overview());
-        assert!(html.contains("id=\"head-invalid\">HEAD <a class=\"commit\" href=\"https://forge.example/o/r/commit/bbbbbbbb\""), "{html}");
-        assert!(html.contains("is invalid (1 error); enforcing <a class=\"commit\" href=\"https://forge.example/o/r/commit/aaaaaaaa\""), "{html}");
+        assert!(html.contains("id=\"head-invalid\"><b>HEAD bbbbbbb is invalid (1 error); enforcing aaaaaaa, last applied</b>"), "{html}");
+        assert!(html.contains("<h3>In force</h3><p><a class=\"commit\" href=\"https://forge.example/o/r/commit/aaaaaaaa\""), "{html}");
+        assert!(html.contains("<h3>HEAD</h3><p><a class=\"commit\" href=\"https://forge.example/o/r/commit/bbbbbbbb\""), "{html}");
         assert!(
-            html.contains("vm/web.yaml:7:3: error: spec.memroy: unknown field `memroy`"),
+            html.contains("vm/web.yaml:7:3: error: spec.memroy: unknown key `memroy`"),
             "{html}"
         );
     }
@@ -318,7 +334,6 @@ mod tests {
             Some(pass(3, "cccccccc", "no-change")),
             Some(pass(3, "cccccccc", "no-change")),
         );
-        o.diagnostics.clear();
         let html = render(&o);
         assert!(html.contains("class=\"banner ok\">HEAD"), "{html}");
         assert!(!html.contains("head-invalid"));

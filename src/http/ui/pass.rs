@@ -6,8 +6,8 @@ use std::fmt::Write;
 
 use proxops_store::{ActionOutcome, ActionRecord};
 
+use super::diagnostics_list;
 use super::html::{self, Nav, badge, commit, escape, time};
-use super::{DiagnosticView, diagnostics_list};
 use crate::http::{DriftJson, PassJson};
 use crate::timefmt::rfc3339;
 
@@ -70,8 +70,6 @@ pub struct PassPage {
     pub actions: Vec<ActionView>,
     /// The findings open while it ran.
     pub findings: Vec<DriftJson>,
-    /// The diagnostics of its revision, when invalid.
-    pub diagnostics: Vec<DiagnosticView>,
     /// `[http] commit_url`.
     pub commit_url: Option<String>,
 }
@@ -156,12 +154,21 @@ pub fn render(p: &PassPage) -> String {
             badge(breaker)
         );
     }
-    if !p.diagnostics.is_empty() {
+    if pass.enforced_commit.is_some() && pass.enforced_commit != pass.commit {
+        let _ = write!(
+            body,
+            "<p class=\"banner warn\">HEAD {} was refused; the pass enforced {} instead ({}).</p>",
+            commit(pass.commit.as_deref(), url),
+            commit(pass.enforced_commit.as_deref(), url),
+            badge(pass.enforced_outcome.as_deref().unwrap_or("running"))
+        );
+    }
+    if !pass.diagnostics.is_empty() {
         let _ = write!(
             body,
             "<section><h2>Diagnostics ({})</h2>{}</section>",
-            p.diagnostics.len(),
-            diagnostics_list(&p.diagnostics)
+            pass.diagnostics.len(),
+            diagnostics_list(&pass.diagnostics)
         );
     }
     body.push_str("<section><h2>Actions</h2>");
@@ -212,9 +219,19 @@ mod tests {
     use crate::http::ui::testing::{diagnostic, drift, pass};
 
     fn page() -> PassPage {
+        let mut failed = pass(4, "abcdef12", "invalid");
+        failed.enforced_commit = Some("99999999".to_owned());
+        failed.enforced_outcome = Some("applied".to_owned());
+        failed.diagnostics = vec![diagnostic(
+            "vm/db.yaml",
+            4,
+            9,
+            "spec.memory",
+            "`12 GB` is not a size",
+        )];
         PassPage {
             node: "pve1".to_owned(),
-            pass: pass(4, "abcdef12", "failed"),
+            pass: failed,
             actions: vec![
                 ActionView {
                     verb: "update".to_owned(),
@@ -242,13 +259,6 @@ mod tests {
                 },
             ],
             findings: vec![drift("VM/web-1", "memory", None)],
-            diagnostics: vec![diagnostic(
-                "vm/db.yaml",
-                4,
-                9,
-                "spec.memory",
-                "`12 GB` is not a size",
-            )],
             commit_url: None,
         }
     }
@@ -267,6 +277,7 @@ mod tests {
     fn diagnostics_and_findings_are_listed() {
         let html = render(&page());
         assert!(html.contains("<h2>Diagnostics (1)</h2>"));
+        assert!(html.contains("the pass enforced <code class=\"commit\" title=\"99999999\">99999999</code> instead (<span class=\"badge ok\">applied</span>)"), "{html}");
         assert!(
             html.contains("vm/db.yaml:4:9: error: spec.memory: `12 GB` is not a size"),
             "{html}"

@@ -206,17 +206,15 @@ pub fn plan_text(text: &str) -> String {
     out
 }
 
-/// What the preview found.
+/// What the preview planned.
 #[derive(Debug, Clone)]
-pub enum Preview {
-    /// No revision was fetched yet.
-    NoRevision,
-    /// The revision is invalid: nothing would be planned from it.
-    Invalid(Vec<DiagnosticView>),
+pub enum Planned {
+    /// No revision was fetched yet, or none is valid: nothing would be planned.
+    Nothing,
     /// The preview could not be made (PVE unreachable, a secret that does not resolve…).
     Failed(String),
     /// The plan, as `proxops plan` prints it, and its graph.
-    Planned {
+    Plan {
         /// [`render_human`]'s text.
         text: String,
         /// The dependency levels.
@@ -226,15 +224,32 @@ pub enum Preview {
     },
 }
 
+/// What the preview found: HEAD (the last fetched revision), why it is refused if it is,
+/// the revision planned (HEAD, or the one in force while HEAD is invalid) and its plan.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    /// The last fetched revision.
+    pub head: Option<String>,
+    /// Its diagnostics when it is invalid (or the one reason it was refused).
+    pub head_refused: Option<Refusal>,
+    /// The revision planned.
+    pub planned_commit: Option<String>,
+    /// Its plan.
+    pub planned: Planned,
+}
+
+/// Why HEAD is not what a pass would plan.
+#[derive(Debug, Clone)]
+pub enum Refusal {
+    /// Its diagnostics.
+    Invalid(Vec<DiagnosticView>),
+}
+
 /// What the plan page shows.
 #[derive(Debug, Clone)]
 pub struct PlanPage {
     /// The agent's node label.
     pub node: String,
-    /// The revision planned.
-    pub commit: Option<String>,
-    /// The commit last applied.
-    pub applied: Option<String>,
     /// The preview.
     pub preview: Preview,
     /// `[http] commit_url`.
@@ -244,39 +259,43 @@ pub struct PlanPage {
 /// The plan page.
 pub fn render(p: &PlanPage) -> String {
     let url = p.commit_url.as_deref();
+    let preview = &p.preview;
     let mut body = String::from("<h1>Next plan</h1>");
+    if let Some(Refusal::Invalid(diagnostics)) = &preview.head_refused {
+        let _ = write!(
+            body,
+            "<p class=\"banner bad\">HEAD {} is invalid, so no pass plans from it; {}.</p>{}",
+            commit(preview.head.as_deref(), url),
+            match &preview.planned_commit {
+                Some(sha) => format!(
+                    "the next pass enforces {}, the revision in force, as planned below",
+                    commit(Some(sha), url)
+                ),
+                None => "no valid revision is in force, so nothing would be done".to_owned(),
+            },
+            diagnostics_list(diagnostics)
+        );
+    }
     let _ = write!(
         body,
-        "<p class=\"muted\">What a pass would do now: revision {} (the last fetched) planned \
-         against live PVE. This preview only reads PVE; <a href=\"/ui/plan\">plan again</a>.</p>",
-        commit(p.commit.as_deref(), url)
+        "<p class=\"muted\">What a pass would do now: revision {} planned against live PVE. \
+         This preview only reads PVE; <a href=\"/ui/plan\">plan again</a>.</p>",
+        commit(preview.planned_commit.as_deref(), url)
     );
-    match &p.preview {
-        Preview::NoRevision => {
-            body.push_str("<p class=\"banner neutral\">No revision was fetched yet.</p>")
+    match &preview.planned {
+        Planned::Nothing => {
+            if preview.head.is_none() {
+                body.push_str("<p class=\"banner neutral\">No revision was fetched yet.</p>");
+            }
         }
-        Preview::Failed(error) => {
+        Planned::Failed(error) => {
             let _ = write!(
                 body,
                 "<p class=\"banner bad\">The preview failed: {}</p>",
                 escape(error)
             );
         }
-        Preview::Invalid(diagnostics) => {
-            let _ = write!(
-                body,
-                "<p class=\"banner bad\">This revision is invalid, so no pass plans from it; {}.</p>{}",
-                match &p.applied {
-                    Some(sha) => format!(
-                        "the last applied revision {} stays in force",
-                        commit(Some(sha), url)
-                    ),
-                    None => "no revision was applied yet".to_owned(),
-                },
-                diagnostics_list(diagnostics)
-            );
-        }
-        Preview::Planned {
+        Planned::Plan {
             text,
             graph,
             actions,
@@ -297,16 +316,53 @@ pub fn render(p: &PlanPage) -> String {
     html::page("Next plan", &p.node, Nav::Plan, None, &body)
 }
 
+/// Plans `revision` against live PVE in [`Mode::Report`] with no hooks.
+async fn plan_revision(
+    inputs: &PreviewInputs,
+    files: &std::collections::BTreeMap<String, String>,
+    created: Vec<(String, u32, proxops_core::plan::Creation)>,
+) -> Result<Planned, ReconcileError> {
+    let mut options = inputs.plan_options.clone();
+    options.created = created;
+    let no_progress: crate::execute::Progress = Arc::new(|_| {});
+    let pass = reconcile::reconcile_once(
+        &inputs.context,
+        files,
+        inputs.cluster.as_deref(),
+        Mode::Report,
+        &options,
+        &mut NoHooks,
+        &no_progress,
+        &CancellationToken::new(),
+    )
+    .await?;
+    let deps = DependencyGraph::from_manifest(&pass.desired.manifest);
+    Ok(Planned::Plan {
+        text: render_human(&pass.plan, &pass.title()),
+        actions: pass.plan.actions().count(),
+        graph: graph_of(&pass.plan, &deps),
+    })
+}
+
 /// Plans the last fetched revision against live PVE, writing nothing: the pipeline runs in
-/// [`Mode::Report`] with no hooks, as `proxops plan` runs it. One preview at a time
-/// (`one_at_a_time`), so reloading the page cannot pile PVE reads up.
+/// [`Mode::Report`] with no hooks, as `proxops plan` runs it. While that revision is invalid,
+/// the next pass enforces `enforced` (the revision in force, read from the mirror), so that
+/// is planned instead. One preview at a time (`one_at_a_time`), so reloading the page cannot
+/// pile PVE reads up.
 pub async fn preview(
     inputs: Option<PreviewInputs>,
+    enforced: Option<String>,
     store: SharedStore,
     one_at_a_time: Arc<tokio::sync::Mutex<()>>,
-) -> (Option<String>, Preview) {
+) -> Preview {
+    let mut preview = Preview {
+        head: None,
+        head_refused: None,
+        planned_commit: None,
+        planned: Planned::Nothing,
+    };
     let Some(inputs) = inputs else {
-        return (None, Preview::NoRevision);
+        return preview;
     };
     let _turn = one_at_a_time.lock().await;
     let source = inputs.source.clone();
@@ -320,48 +376,49 @@ pub async fn preview(
     })
     .await;
     let Ok((revision, created)) = read else {
-        return (
-            None,
-            Preview::Failed("reading the last fetched revision".to_owned()),
-        );
+        preview.planned = Planned::Failed("reading the last fetched revision".to_owned());
+        return preview;
     };
     let Some(revision) = revision else {
-        return (None, Preview::NoRevision);
+        return preview;
     };
-    let mut options = inputs.plan_options.clone();
-    options.created = created;
-    let no_progress: crate::execute::Progress = Arc::new(|_| {});
-    let result = reconcile::reconcile_once(
-        &inputs.context,
-        &revision.files,
-        inputs.cluster.as_deref(),
-        Mode::Report,
-        &options,
-        &mut NoHooks,
-        &no_progress,
-        &CancellationToken::new(),
-    )
-    .await;
-    let commit = Some(revision.commit);
-    match result {
-        Ok(pass) => {
-            let deps = DependencyGraph::from_manifest(&pass.desired.manifest);
-            let graph = graph_of(&pass.plan, &deps);
-            (
-                commit,
-                Preview::Planned {
-                    text: render_human(&pass.plan, &pass.title()),
-                    actions: pass.plan.actions().count(),
-                    graph,
-                },
-            )
+    preview.head = Some(revision.commit.clone());
+    preview.planned_commit = Some(revision.commit.clone());
+    match plan_revision(&inputs, &revision.files, created.clone()).await {
+        Ok(planned) => preview.planned = planned,
+        Err(ReconcileError::Invalid(diagnostics)) => {
+            preview.head_refused = Some(Refusal::Invalid(
+                diagnostics.iter().map(DiagnosticView::from).collect(),
+            ));
+            preview.planned_commit = None;
+            let Some(enforced) = enforced.filter(|c| *c != revision.commit) else {
+                return preview;
+            };
+            let source = inputs.source.clone();
+            let wanted = enforced.clone();
+            let read = tokio::task::spawn_blocking(move || source.revision_at(&wanted)).await;
+            match read {
+                Ok(Ok(Some(in_force))) => {
+                    preview.planned_commit = Some(enforced);
+                    preview.planned = match plan_revision(&inputs, &in_force.files, created).await {
+                        Ok(planned) => planned,
+                        Err(error) => Planned::Failed(error_text(&error)),
+                    };
+                }
+                Ok(Ok(None)) => {
+                    preview.planned = Planned::Failed(format!(
+                        "the revision in force {enforced} is not in the git mirror"
+                    ));
+                }
+                Ok(Err(error)) => preview.planned = Planned::Failed(error_text(&error)),
+                Err(_) => {
+                    preview.planned = Planned::Failed("reading the revision in force".to_owned());
+                }
+            }
         }
-        Err(ReconcileError::Invalid(diagnostics)) => (
-            commit,
-            Preview::Invalid(diagnostics.iter().map(DiagnosticView::from).collect()),
-        ),
-        Err(error) => (commit, Preview::Failed(error_text(&error))),
+        Err(error) => preview.planned = Planned::Failed(error_text(&error)),
     }
+    preview
 }
 
 #[cfg(test)]
@@ -430,18 +487,31 @@ mod tests {
     fn an_invalid_revision_shows_its_diagnostics_and_the_revision_in_force() {
         let html = render(&PlanPage {
             node: "pve1".to_owned(),
-            commit: Some("bbbbbbbb".to_owned()),
-            applied: Some("aaaaaaaa".to_owned()),
-            preview: Preview::Invalid(vec![crate::http::ui::testing::diagnostic(
-                "a.yaml",
-                1,
-                2,
-                "kind",
-                "unknown kind `VN`",
-            )]),
+            preview: Preview {
+                head: Some("bbbbbbbb".to_owned()),
+                head_refused: Some(Refusal::Invalid(vec![
+                    crate::http::ui::testing::diagnostic(
+                        "a.yaml",
+                        1,
+                        2,
+                        "kind",
+                        "unknown kind `VN`",
+                    ),
+                ])),
+                planned_commit: Some("aaaaaaaa".to_owned()),
+                planned: Planned::Plan {
+                    text: "repository:\n  no changes: PVE matches the desired state\n".to_owned(),
+                    graph: Graph::default(),
+                    actions: 0,
+                },
+            },
             commit_url: None,
         });
-        assert!(html.contains("the last applied revision <code class=\"commit\" title=\"aaaaaaaa\">aaaaaaaa</code> stays in force"), "{html}");
+        assert!(html.contains("is invalid, so no pass plans from it; the next pass enforces <code class=\"commit\" title=\"aaaaaaaa\">aaaaaaaa</code>, the revision in force"), "{html}");
+        assert!(
+            html.contains("no changes: PVE matches the desired state"),
+            "{html}"
+        );
         assert!(
             html.contains("a.yaml:1:2: error: kind: unknown kind `VN`"),
             "{html}"
@@ -452,12 +522,15 @@ mod tests {
     fn a_planned_preview_shows_the_text_and_the_graph() {
         let html = render(&PlanPage {
             node: "pve1".to_owned(),
-            commit: Some("bbbbbbbb".to_owned()),
-            applied: None,
-            preview: Preview::Planned {
-                text: "repository:\n  + create VM/a on pve1 (vmid 1)\n".to_owned(),
-                graph: two_levels(),
-                actions: 3,
+            preview: Preview {
+                head: Some("bbbbbbbb".to_owned()),
+                head_refused: None,
+                planned_commit: Some("bbbbbbbb".to_owned()),
+                planned: Planned::Plan {
+                    text: "repository:\n  + create VM/a on pve1 (vmid 1)\n".to_owned(),
+                    graph: two_levels(),
+                    actions: 3,
+                },
             },
             commit_url: None,
         });

@@ -15,8 +15,6 @@ pub struct Resources {
     pub node: String,
     /// The last finished pass.
     pub last: Option<LastPass>,
-    /// The commit last applied, when HEAD is not it (the revision whose objects these are).
-    pub enforcing: Option<String>,
     /// `[http] commit_url`.
     pub commit_url: Option<String>,
 }
@@ -29,17 +27,17 @@ pub fn render(r: &Resources) -> String {
         return html::page("Resources", &r.node, Nav::Resources, Some(10), &body);
     };
     let url = r.commit_url.as_deref();
-    if last.outcome == "invalid" {
+    if let Some(invalid) = &last.head_invalid {
         let _ = write!(
             body,
-            "<p class=\"banner bad\">HEAD {} is invalid; {}.</p>",
-            commit(last.commit.as_deref(), url),
-            match &r.enforcing {
+            "<p class=\"banner bad\"><b>{}</b>; {}.</p>",
+            escape(&invalid.summary),
+            match &last.enforced_commit {
                 Some(sha) => format!(
-                    "these are the objects of {}, last applied, which stays in force",
+                    "these are the objects of {}, the revision in force",
                     commit(Some(sha), url)
                 ),
-                None => "no revision was applied yet".to_owned(),
+                None => "no valid revision is in force".to_owned(),
             }
         );
     } else {
@@ -107,6 +105,15 @@ mod tests {
             ],
             abort_reason: None,
             writes_held_back: None,
+            enforced_commit: Some("aaaaaaaa".to_owned()),
+            head_invalid: (outcome == "invalid").then(|| {
+                crate::agent::status::InvalidHead::new(
+                    "bbbbbbbb",
+                    "invalid",
+                    &[],
+                    Some(("aaaaaaaa", true)),
+                )
+            }),
         }
     }
 
@@ -115,7 +122,6 @@ mod tests {
         let html = render(&Resources {
             node: "*".to_owned(),
             last: Some(last("applied")),
-            enforcing: None,
             commit_url: None,
         });
         let pve1 = html.find("<section id=\"node-pve1\">").unwrap();
@@ -134,10 +140,9 @@ mod tests {
         let html = render(&Resources {
             node: "pve1".to_owned(),
             last: Some(last("invalid")),
-            enforcing: Some("aaaaaaaa".to_owned()),
             commit_url: None,
         });
-        assert!(html.contains("is invalid; these are the objects of <code class=\"commit\" title=\"aaaaaaaa\">aaaaaaaa</code>, last applied"), "{html}");
+        assert!(html.contains("; these are the objects of <code class=\"commit\" title=\"aaaaaaaa\">aaaaaaaa</code>, the revision in force"), "{html}");
         assert_eq!(html.matches("<tr class=\"object\">").count(), 2);
     }
 }
