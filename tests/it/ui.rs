@@ -386,6 +386,23 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
     );
     screenshots(&browser, profile.path(), &pass_url, "pass-invalid", false);
 
+    // While HEAD is invalid, the preview plans the revision in force and says why.
+    let plan_invalid = dump_dom(
+        &browser,
+        profile.path(),
+        &agent.url("/ui/plan"),
+        "plan-invalid",
+    );
+    assert!(
+        plan_invalid.contains("is invalid, so no pass plans from it; the next pass enforces"),
+        "{plan_invalid}"
+    );
+    assert!(
+        plan_invalid.contains(&format!("title=\"{good}\"")),
+        "{plan_invalid}"
+    );
+    assert!(plan_invalid.contains("memroy"), "{plan_invalid}");
+
     let resources = dump_dom(
         &browser,
         profile.path(),
@@ -414,6 +431,9 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         "{drift}"
     );
     assert!(drift[resolved..].contains("<td>VM/web-1</td>"), "{drift}");
+    // The drift the agent corrected is resolved by the pass that corrected it.
+    assert!(drift[resolved..].contains("<td>VM/db-1</td>"), "{drift}");
+    assert!(drift[resolved..].contains("corrected by pass"), "{drift}");
     screenshots(
         &browser,
         profile.path(),

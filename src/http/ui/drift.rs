@@ -49,7 +49,8 @@ fn table(rows: &[DriftJson], resolved: bool, commit_url: Option<&str>) -> String
         let _ = write!(
             out,
             "<tr class=\"finding\"><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td>\
-             <td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{} {}</td><td>{}</td>",
+             <td data-label=\"git\"><code>{}</code></td><td data-label=\"PVE\"><code>{}</code></td><td>{}</td>\
+             <td data-label=\"first seen\">{} {}</td><td data-label=\"last seen\">{}</td>",
             escape(&d.resource),
             escape(&d.node),
             badge(&d.kind),
@@ -64,7 +65,7 @@ fn table(rows: &[DriftJson], resolved: bool, commit_url: Option<&str>) -> String
         if resolved {
             let _ = write!(
                 out,
-                "<td>{}</td><td>{}</td>",
+                "<td data-label=\"resolved\">{}</td><td>{}</td>",
                 time(d.resolved_at.as_deref()),
                 resolution(d)
             );

@@ -464,6 +464,181 @@ mod tests {
         );
     }
 
+    mod served {
+        use std::time::{Duration, UNIX_EPOCH};
+
+        use axum::body::{Body, to_bytes};
+        use axum::extract::Request;
+        use base64::Engine as _;
+        use proxops_store::{PassCounts, PassOutcome, Store, Trigger};
+        use secrecy::SecretString;
+        use tower::ServiceExt as _;
+
+        use super::*;
+        use crate::http::access::Access;
+
+        fn state(store: Store) -> HttpState {
+            let pve = proxops_pve::PveClient::new(proxops_pve::ClientConfig {
+                base_url: "https://pve1.example.invalid:8006".into(),
+                token_id: "proxops@pve!agent".into(),
+                token_secret: SecretString::from("not-used"),
+                trust: proxops_pve::Trust::Insecure,
+                timeout: proxops_pve::Timeouts::default(),
+                retry: proxops_pve::RetryPolicy::default(),
+            })
+            .unwrap();
+            HttpState {
+                live: Arc::new(crate::agent::status::LiveStatus::default()),
+                store: Arc::new(std::sync::Mutex::new(store)),
+                metrics: Arc::new(crate::metrics::Metrics::default()),
+                pve,
+                webhook_metrics: None,
+                node_label: "pve1".to_owned(),
+                preview: Arc::new(std::sync::Mutex::new(None)),
+                commit_url: None,
+            }
+        }
+
+        async fn get(app: Router, path: &str, auth: Option<&str>) -> (StatusCode, String, String) {
+            let mut request = Request::get(path).header("host", "127.0.0.1:9494");
+            if let Some(token) = auth {
+                let basic =
+                    base64::engine::general_purpose::STANDARD.encode(format!("anyone:{token}"));
+                request = request.header("authorization", format!("Basic {basic}"));
+            }
+            let response = app
+                .oneshot(request.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = response.status();
+            let csp = response
+                .headers()
+                .get(header::CONTENT_SECURITY_POLICY)
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            let body = to_bytes(response.into_body(), 1 << 22).await.unwrap();
+            (status, String::from_utf8_lossy(&body).into_owned(), csp)
+        }
+
+        fn app(store: Store, token: Option<&str>) -> Router {
+            let access = Access {
+                token: token.map(|t| SecretString::from(t.to_owned())),
+                allowed_hosts: vec!["127.0.0.1".into()],
+                redactions: Vec::new(),
+            };
+            crate::http::router(state(store), None, access)
+        }
+
+        #[tokio::test]
+        async fn with_a_token_every_page_needs_it_as_the_basic_password_and_carries_the_csp() {
+            for path in [
+                "/",
+                "/ui/passes",
+                "/ui/passes/1",
+                "/ui/resources",
+                "/ui/drift",
+                "/ui/plan",
+                "/ui/assets/style.css",
+            ] {
+                let (status, body, _) =
+                    get(app(Store::memory().unwrap(), Some("s3cret")), path, None).await;
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+                let (status, _, _) = get(
+                    app(Store::memory().unwrap(), Some("s3cret")),
+                    path,
+                    Some("guess"),
+                )
+                .await;
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+            }
+            let (status, body, csp) = get(
+                app(Store::memory().unwrap(), Some("s3cret")),
+                "/",
+                Some("s3cret"),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            assert!(
+                body.contains("<h1>Overview</h1>") && body.contains("No pass has run yet."),
+                "{body}"
+            );
+            assert!(
+                csp.starts_with("default-src 'none'; style-src 'self'; script-src 'self'"),
+                "{csp}"
+            );
+            assert!(!body.contains("s3cret"));
+        }
+
+        #[tokio::test]
+        async fn a_recorded_invalid_pass_is_shown_with_its_diagnostics_and_an_unknown_one_is_404() {
+            let mut store = Store::memory().unwrap();
+            let at = |s: u64| UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
+            let id = store
+                .begin_pass(
+                    "pve1",
+                    Some("0123456789abcdef0123456789abcdef01234567"),
+                    Trigger::Poll,
+                    at(0),
+                )
+                .unwrap();
+            let typo = proxops_core::diagnostic::Diagnostic::error(
+                "vm/<b>.yaml",
+                4,
+                3,
+                "spec.memroy",
+                "unknown key `memroy`",
+            );
+            store.record_invalid(id, &[typo]).unwrap();
+            store
+                .finish_pass(id, PassOutcome::Invalid, PassCounts::default(), at(1))
+                .unwrap();
+            let (status, body, _) =
+                get(app(store, None), &format!("/ui/passes/{}", id.0), None).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            assert!(
+                body.contains(
+                    "<code>vm/&lt;b&gt;.yaml:4:3: error: spec.memroy: unknown key `memroy`</code>"
+                ),
+                "{body}"
+            );
+            let (status, body, _) =
+                get(app(Store::memory().unwrap(), None), "/ui/passes/77", None).await;
+            assert_eq!(status, StatusCode::NOT_FOUND);
+            assert!(body.contains("there is no pass #77"), "{body}");
+            let (status, body, _) = get(
+                app(Store::memory().unwrap(), None),
+                "/ui/passes/%3Cx%3E",
+                None,
+            )
+            .await;
+            assert_eq!(status, StatusCode::NOT_FOUND);
+            assert!(body.contains("`&lt;x&gt;` is not a pass number"), "{body}");
+        }
+
+        #[tokio::test]
+        async fn the_timeline_refuses_a_bad_filter_with_400_and_says_why() {
+            let (status, body, _) = get(
+                app(Store::memory().unwrap(), None),
+                "/ui/passes?outcome=exploded",
+                None,
+            )
+            .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+            assert!(
+                body.contains("outcome: `exploded` is not an outcome"),
+                "{body}"
+            );
+        }
+
+        #[tokio::test]
+        async fn without_a_configuration_the_plan_page_says_nothing_was_fetched() {
+            let (status, body, _) =
+                get(app(Store::memory().unwrap(), None), "/ui/plan", None).await;
+            assert_eq!(status, StatusCode::OK);
+            assert!(body.contains("No revision was fetched yet."), "{body}");
+        }
+    }
+
     #[test]
     fn the_embedded_assets_need_nothing_from_another_origin() {
         for asset in [STYLE, SCRIPT] {

@@ -183,12 +183,12 @@ pub fn render(o: &Overview) -> String {
         body.push_str("<p class=\"muted\">No objects yet.</p>");
     } else {
         body.push_str(
-            "<div class=\"scroll\"><table id=\"nodes\"><thead><tr><th>node</th><th>objects</th>",
+            "<div class=\"scroll\"><table id=\"nodes\"><thead><tr><th>node</th><th class=\"num\">objects</th>",
         );
         for state in STATES {
-            let _ = write!(body, "<th>{state}</th>");
+            let _ = write!(body, "<th class=\"num\">{state}</th>");
         }
-        body.push_str("<th>open drift</th></tr></thead><tbody>");
+        body.push_str("<th class=\"num\">open drift</th></tr></thead><tbody>");
         for (node, (states, total, drift)) in &nodes {
             let _ = write!(
                 body,
@@ -211,7 +211,7 @@ pub fn render(o: &Overview) -> String {
     }
     body.push_str("</section>");
 
-    if let Some(last) = &o.last {
+    if let Some(last) = o.last.as_ref().filter(|l| l.head_invalid.is_none()) {
         for reason in last.abort_reason.iter().chain(&last.writes_held_back) {
             let _ = write!(body, "<p class=\"note\">{}</p>", escape(reason));
         }

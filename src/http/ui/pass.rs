@@ -183,8 +183,8 @@ pub fn render(p: &PassPage) -> String {
         for a in &p.actions {
             let _ = write!(
                 body,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"upid\">{}</td>\
-                 <td class=\"num\">{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"upid\" data-label=\"UPID\">{}</td>\
+                 <td class=\"num\" data-label=\"took\">{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
                 escape(&a.verb),
                 escape(&a.resource),
                 escape(&a.node),
@@ -267,8 +267,8 @@ mod tests {
     fn each_action_shows_its_verb_reason_upid_duration_result_and_error() {
         let html = render(&page());
         assert!(html.contains("<td>update</td><td>VM/web-1</td><td>pve1</td><td>memory differs</td>\
-             <td class=\"upid\"><code>UPID:pve1:0001:0002:00000003:qmconfig:101:root@pam:</code></td>\
-             <td class=\"num\">3.0 s</td><td><span class=\"badge ok\">succeeded</span></td>"), "{html}");
+             <td class=\"upid\" data-label=\"UPID\"><code>UPID:pve1:0001:0002:00000003:qmconfig:101:root@pam:</code></td>\
+             <td class=\"num\" data-label=\"took\">3.0 s</td><td><span class=\"badge ok\">succeeded</span></td>"), "{html}");
         assert!(html.contains("<span class=\"badge bad\">failed</span></td><td class=\"error\">400 Parameter verification failed: &lt;script&gt;alert(1)&lt;/script&gt;</td>"), "{html}");
         assert!(!html.contains("<script>alert"), "{html}");
     }

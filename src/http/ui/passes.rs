@@ -113,7 +113,8 @@ pub fn table(passes: &[PassJson], commit_url: Option<&str>) -> String {
         let _ = write!(
             out,
             "<tr class=\"outcome-{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{flags}</td>\
-             <td>{}</td><td class=\"num\">{} / {} / {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+             <td>{}</td><td class=\"num\" data-label=\"actions ok/failed/skipped\">{} / {} / {}</td>\
+             <td class=\"num\" data-label=\"findings\">{}</td><td class=\"num\" data-label=\"took\">{}</td></tr>",
             escape(html::outcome(p)),
             pass_link(p.id),
             time(Some(&p.started_at)),
