@@ -171,6 +171,7 @@ pub fn print_status(status: &crate::http::StatusJson) {
         .last_attempted
         .as_ref()
         .and_then(|p| p.error.as_deref())
+        .filter(|_| status.head_invalid.is_none())
     {
         println!("last attempt failed: {error}");
     }
