@@ -20,6 +20,7 @@ use crate::support::agent::AgentProcess;
 const ISO: &[u8] = b"installer bytes";
 
 /// The browser, or `None` (skip) when it is absent and this is not CI.
+#[allow(clippy::print_stderr, reason = "the one line saying the browser test was skipped")]
 fn chromium() -> Option<PathBuf> {
     for name in ["chromium", "chromium-browser"] {
         let found = Command::new(name)
@@ -54,8 +55,8 @@ fn screenshot_dir() -> PathBuf {
 }
 
 /// Runs headless chromium with `args` on `url`; its stdout. Fails after a minute.
-fn run_chromium(browser: &Path, profile: &Path, args: &[&str], url: &str) -> String {
-    let mut child = Command::new(browser)
+async fn run_chromium(browser: &Path, profile: &Path, args: &[&str], url: &str) -> String {
+    let child = tokio::process::Command::new(browser)
         .args([
             "--headless",
             "--no-sandbox",
@@ -70,20 +71,13 @@ fn run_chromium(browser: &Path, profile: &Path, args: &[&str], url: &str) -> Str
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish within a minute on {url}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("chromium did not finish within a minute on {url}"))
+        .unwrap();
     assert!(
         output.status.success(),
         "chromium failed on {url}: {}",
@@ -94,15 +88,15 @@ fn run_chromium(browser: &Path, profile: &Path, args: &[&str], url: &str) -> Str
 
 /// The page's DOM after load, as chromium serialises it (also kept as `<name>.html` beside
 /// the screenshots).
-fn dump_dom(browser: &Path, profile: &Path, url: &str, name: &str) -> String {
-    let dom = run_chromium(browser, profile, &["--dump-dom"], url);
+async fn dump_dom(browser: &Path, profile: &Path, url: &str, name: &str) -> String {
+    let dom = run_chromium(browser, profile, &["--dump-dom"], url).await;
     std::fs::write(screenshot_dir().join(format!("{name}.html")), &dom).unwrap();
     dom
 }
 
 /// Screenshots of `url` at desktop and phone width (and dark, when asked) as
 /// `<name>-desktop.png`, `<name>-phone.png`, `<name>-dark.png`.
-fn screenshots(browser: &Path, profile: &Path, url: &str, name: &str, dark: bool) {
+async fn screenshots(browser: &Path, profile: &Path, url: &str, name: &str, dark: bool) {
     let dir = screenshot_dir();
     let mut shots = vec![
         (format!("{name}-desktop.png"), "1280,800", false),
@@ -123,7 +117,7 @@ fn screenshots(browser: &Path, profile: &Path, url: &str, name: &str, dark: bool
             args.push("--blink-settings=preferredColorScheme=0".to_owned());
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_chromium(browser, profile, &args, url);
+        run_chromium(browser, profile, &args, url).await;
         let png = std::fs::read(&path).unwrap_or_default();
         assert!(
             png.starts_with(b"\x89PNG") && png.len() > 5_000,
@@ -269,7 +263,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
     world.sim.control().clear_requests();
 
     let profile = tempfile::tempdir().unwrap();
-    let plan_dom = dump_dom(&browser, profile.path(), &agent.url("/ui/plan"), "plan");
+    let plan_dom = dump_dom(&browser, profile.path(), &agent.url("/ui/plan"), "plan").await;
     assert!(
         world.writes().is_empty(),
         "the plan preview wrote to PVE: {:?}",
@@ -325,7 +319,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url("/ui/plan"),
         "plan",
         true,
-    );
+    ).await;
     assert!(
         world.writes().is_empty(),
         "screenshots of the preview wrote: {:?}",
@@ -348,7 +342,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
     assert_eq!(status["last_attempted"]["outcome"], "invalid");
     let invalid_pass = status["last_attempted"]["id"].as_i64().unwrap();
 
-    let overview = dump_dom(&browser, profile.path(), &agent.url("/"), "overview");
+    let overview = dump_dom(&browser, profile.path(), &agent.url("/"), "overview").await;
     assert!(overview.contains("id=\"head-invalid\""), "{overview}");
     assert!(
         overview.contains(&format!(
@@ -363,10 +357,10 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         "the applied revision links to the forge:\n{overview}"
     );
     assert!(overview.contains("vm/web-1.yaml:"), "{overview}");
-    screenshots(&browser, profile.path(), &agent.url("/"), "overview", true);
+    screenshots(&browser, profile.path(), &agent.url("/"), "overview", true).await;
 
     let pass_url = agent.url(&format!("/ui/passes/{invalid_pass}"));
-    let pass_dom = dump_dom(&browser, profile.path(), &pass_url, "pass-invalid");
+    let pass_dom = dump_dom(&browser, profile.path(), &pass_url, "pass-invalid").await;
     let line = typo.lines().position(|l| l.contains("memroy")).unwrap() + 1;
     assert!(
         pass_dom.contains(&format!("vm/web-1.yaml:{line}:")),
@@ -384,7 +378,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         1,
         "only the UI's own script:\n{pass_dom}"
     );
-    screenshots(&browser, profile.path(), &pass_url, "pass-invalid", false);
+    screenshots(&browser, profile.path(), &pass_url, "pass-invalid", false).await;
 
     // While HEAD is invalid, the preview plans the revision in force and says why.
     let plan_invalid = dump_dom(
@@ -392,7 +386,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         profile.path(),
         &agent.url("/ui/plan"),
         "plan-invalid",
-    );
+    ).await;
     assert!(
         plan_invalid.contains("is invalid, so no pass plans from it; the next pass enforces"),
         "{plan_invalid}"
@@ -408,7 +402,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         profile.path(),
         &agent.url("/ui/resources"),
         "resources",
-    );
+    ).await;
     for name in ["<td>web-1</td>", "<td>db-1</td>", "<td>installer</td>"] {
         assert!(
             resources.contains(name),
@@ -421,9 +415,9 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url("/ui/resources"),
         "resources",
         false,
-    );
+    ).await;
 
-    let drift = dump_dom(&browser, profile.path(), &agent.url("/ui/drift"), "drift");
+    let drift = dump_dom(&browser, profile.path(), &agent.url("/ui/drift"), "drift").await;
     let open = drift.find("id=\"open\"").unwrap();
     let resolved = drift.find("id=\"resolved\"").unwrap();
     assert!(
@@ -440,7 +434,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url("/ui/drift"),
         "drift",
         true,
-    );
+    ).await;
 
     // The timeline filters without JavaScript: a plain GET form.
     let invalid_only = dump_dom(
@@ -448,13 +442,13 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         profile.path(),
         &agent.url("/ui/passes?outcome=invalid"),
         "passes-invalid",
-    );
+    ).await;
     assert!(
         invalid_only.contains(&format!("href=\"/ui/passes/{invalid_pass}\"")),
         "{invalid_only}"
     );
     assert!(!invalid_only.contains(">applied</span>"), "{invalid_only}");
-    let all = dump_dom(&browser, profile.path(), &agent.url("/ui/passes"), "passes");
+    let all = dump_dom(&browser, profile.path(), &agent.url("/ui/passes"), "passes").await;
     assert!(
         all.contains(">applied</span>") && all.contains(">invalid</span>"),
         "{all}"
@@ -465,7 +459,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url("/ui/passes"),
         "passes",
         false,
-    );
+    ).await;
     let (code, body) = agent.get_text("/ui/passes?since=yesterday").await;
     assert_eq!(code, 400);
     assert!(body.contains("since: `yesterday` is not a time"), "{body}");
@@ -485,7 +479,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         profile.path(),
         &agent.url(&format!("/ui/passes/{corrected}")),
         "pass-corrected",
-    );
+    ).await;
     assert!(
         corrected_dom.contains("<td>VM/db-1</td>"),
         "{corrected_dom}"
@@ -500,7 +494,7 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url(&format!("/ui/passes/{corrected}")),
         "pass-corrected",
         false,
-    );
+    ).await;
 
     let mut agent = agent;
     assert!(agent.terminate().success());

@@ -94,12 +94,12 @@ pub fn page(title: &str, node: &str, current: Nav, refresh: Option<u32>, body: &
         escape(node)
     );
     html.push_str(body);
-    let _ = write!(
+    let _ = writeln!(
         html,
         "</main><footer><span>JSON: <a href=\"/api/v1/status\">status</a> · \
          <a href=\"/api/v1/revisions\">revisions</a> · <a href=\"/api/v1/drift\">drift</a> · \
          <a href=\"/metrics\">metrics</a></span><span id=\"refresh-state\" \
-         data-rendered=\"{}\"></span></footer></body></html>\n",
+         data-rendered=\"{}\"></span></footer></body></html>",
         now_secs()
     );
     html
