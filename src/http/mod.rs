@@ -814,6 +814,75 @@ mod tests {
     }
 
     #[test]
+    fn a_revision_is_looked_up_by_unique_prefix_and_an_ambiguous_one_lists_the_candidates() {
+        use proxops_core::diagnostic::Diagnostic;
+        let mut store = Store::memory().unwrap();
+        let good = "abc1230000000000000000000000000000000000";
+        let bad = "abc4560000000000000000000000000000000000";
+        let applied = store
+            .begin_pass("pve1", Some(good), Trigger::Poll, at(0))
+            .unwrap();
+        store
+            .note_enforced(applied, good, Some(PassOutcome::Applied))
+            .unwrap();
+        store
+            .finish_pass(applied, PassOutcome::Applied, PassCounts::default(), at(1))
+            .unwrap();
+        let refused = store
+            .begin_pass("pve1", Some(bad), Trigger::Webhook, at(10))
+            .unwrap();
+        let typo = Diagnostic::error("vm/web.yaml", 4, 3, "spec.memroy", "unknown field");
+        store
+            .record_invalid(refused, std::slice::from_ref(&typo))
+            .unwrap();
+        store
+            .note_enforced(refused, good, Some(PassOutcome::NoChange))
+            .unwrap();
+        store
+            .finish_pass(refused, PassOutcome::Invalid, PassCounts::default(), at(11))
+            .unwrap();
+
+        let RevisionLookup::Ambiguous(candidates) =
+            revision_from_store(&store, "pve1", "abc").unwrap()
+        else {
+            panic!("`abc` starts both commits");
+        };
+        // Newest pass first; the refused pass both fetched `bad` and enforced `good`.
+        assert_eq!(candidates, [good, bad]);
+        let RevisionLookup::Found(revision) =
+            revision_from_store(&store, "pve1", "ABC456").unwrap()
+        else {
+            panic!("a unique prefix, in any case");
+        };
+        assert_eq!(revision.commit, bad);
+        assert!(!revision.valid);
+        assert_eq!(revision.diagnostics[0].rendered, typo.headline());
+        let invalid = revision.latest.head_invalid.as_ref().unwrap();
+        assert_eq!(
+            invalid.summary,
+            "HEAD abc4560 is invalid (1 error); enforcing abc1230, last applied"
+        );
+        let RevisionLookup::Found(kept) = revision_from_store(&store, "pve1", good).unwrap() else {
+            panic!("the full sha");
+        };
+        assert!(kept.valid);
+        assert_eq!(kept.passes.len(), 2, "fetched once, enforced once");
+        assert!(matches!(
+            revision_from_store(&store, "pve1", "def").unwrap(),
+            RevisionLookup::NotFound
+        ));
+        assert!(matches!(
+            revision_from_store(&store, "pve2", "abc456").unwrap(),
+            RevisionLookup::NotFound
+        ));
+
+        let status = status_from_store(&store, "pve1").unwrap();
+        assert_eq!(status.enforced_commit.as_deref(), Some(good));
+        assert_eq!(status.head_invalid.as_ref(), Some(invalid));
+        assert_eq!(status.last_applied.unwrap().commit.as_deref(), Some(good));
+    }
+
+    #[test]
     fn a_database_without_notes_reports_a_fresh_writable_state() {
         let mut store = Store::memory().unwrap();
         let id = store
