@@ -20,7 +20,10 @@ use crate::support::agent::AgentProcess;
 const ISO: &[u8] = b"installer bytes";
 
 /// The browser, or `None` (skip) when it is absent and this is not CI.
-#[allow(clippy::print_stderr, reason = "the one line saying the browser test was skipped")]
+#[allow(
+    clippy::print_stderr,
+    reason = "the one line saying the browser test was skipped"
+)]
 fn chromium() -> Option<PathBuf> {
     for name in ["chromium", "chromium-browser"] {
         let found = Command::new(name)
@@ -319,7 +322,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url("/ui/plan"),
         "plan",
         true,
-    ).await;
+    )
+    .await;
     assert!(
         world.writes().is_empty(),
         "screenshots of the preview wrote: {:?}",
@@ -386,7 +390,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         profile.path(),
         &agent.url("/ui/plan"),
         "plan-invalid",
-    ).await;
+    )
+    .await;
     assert!(
         plan_invalid.contains("is invalid, so no pass plans from it; the next pass enforces"),
         "{plan_invalid}"
@@ -402,7 +407,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         profile.path(),
         &agent.url("/ui/resources"),
         "resources",
-    ).await;
+    )
+    .await;
     for name in ["<td>web-1</td>", "<td>db-1</td>", "<td>installer</td>"] {
         assert!(
             resources.contains(name),
@@ -415,7 +421,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url("/ui/resources"),
         "resources",
         false,
-    ).await;
+    )
+    .await;
 
     let drift = dump_dom(&browser, profile.path(), &agent.url("/ui/drift"), "drift").await;
     let open = drift.find("id=\"open\"").unwrap();
@@ -434,7 +441,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url("/ui/drift"),
         "drift",
         true,
-    ).await;
+    )
+    .await;
 
     // The timeline filters without JavaScript: a plain GET form.
     let invalid_only = dump_dom(
@@ -442,7 +450,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         profile.path(),
         &agent.url("/ui/passes?outcome=invalid"),
         "passes-invalid",
-    ).await;
+    )
+    .await;
     assert!(
         invalid_only.contains(&format!("href=\"/ui/passes/{invalid_pass}\"")),
         "{invalid_only}"
@@ -459,7 +468,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url("/ui/passes"),
         "passes",
         false,
-    ).await;
+    )
+    .await;
     let (code, body) = agent.get_text("/ui/passes?since=yesterday").await;
     assert_eq!(code, 400);
     assert!(body.contains("since: `yesterday` is not a time"), "{body}");
@@ -479,7 +489,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         profile.path(),
         &agent.url(&format!("/ui/passes/{corrected}")),
         "pass-corrected",
-    ).await;
+    )
+    .await;
     assert!(
         corrected_dom.contains("<td>VM/db-1</td>"),
         "{corrected_dom}"
@@ -494,7 +505,8 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
         &agent.url(&format!("/ui/passes/{corrected}")),
         "pass-corrected",
         false,
-    ).await;
+    )
+    .await;
 
     let mut agent = agent;
     assert!(agent.terminate().success());
