@@ -105,25 +105,26 @@ pub fn page(title: &str, node: &str, current: Nav, refresh: Option<u32>, body: &
     html
 }
 
-/// A commit id, shortened, linked through `[http] commit_url` when it is set and the id
-/// looks like one (hex only, so nothing but a commit id is ever put into the URL).
+/// A commit id, shortened to 7 characters as every view shows it, linked through
+/// `[http] commit_url` when that is set and the id looks like one (hex only, so nothing but a
+/// commit id is ever put into the URL).
 pub fn commit(sha: Option<&str>, commit_url: Option<&str>) -> String {
     let Some(sha) = sha.filter(|s| !s.is_empty()) else {
         return "<span class=\"muted\">none</span>".to_owned();
     };
-    let short: String = sha.chars().take(8).collect();
+    let short = crate::agent::status::short(sha);
     let hex = sha.len() >= 7 && sha.chars().all(|c| c.is_ascii_hexdigit());
     match commit_url {
         Some(template) if hex => format!(
             "<a class=\"commit\" href=\"{}\" title=\"{}\"><code>{}</code></a>",
             escape(&template.replace("{sha}", sha)),
             escape(sha),
-            escape(&short)
+            escape(short)
         ),
         _ => format!(
             "<code class=\"commit\" title=\"{}\">{}</code>",
             escape(sha),
-            escape(&short)
+            escape(short)
         ),
     }
 }
@@ -207,7 +208,7 @@ mod tests {
         assert_eq!(
             commit(Some(sha), Some("https://forge/o/r/commit/{sha}")),
             format!(
-                "<a class=\"commit\" href=\"https://forge/o/r/commit/{sha}\" title=\"{sha}\"><code>01234567</code></a>"
+                "<a class=\"commit\" href=\"https://forge/o/r/commit/{sha}\" title=\"{sha}\"><code>0123456</code></a>"
             )
         );
         assert!(!commit(Some(sha), None).contains("<a "));

@@ -277,7 +277,7 @@ mod tests {
     fn diagnostics_and_findings_are_listed() {
         let html = render(&page());
         assert!(html.contains("<h2>Diagnostics (1)</h2>"));
-        assert!(html.contains("the pass enforced <code class=\"commit\" title=\"99999999\">99999999</code> instead (<span class=\"badge ok\">applied</span>)"), "{html}");
+        assert!(html.contains("the pass enforced <code class=\"commit\" title=\"99999999\">9999999</code> instead (<span class=\"badge ok\">applied</span>)"), "{html}");
         assert!(
             html.contains("vm/db.yaml:4:9: error: spec.memory: `12 GB` is not a size"),
             "{html}"

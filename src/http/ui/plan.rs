@@ -507,7 +507,7 @@ mod tests {
             },
             commit_url: None,
         });
-        assert!(html.contains("is invalid, so no pass plans from it; the next pass enforces <code class=\"commit\" title=\"aaaaaaaa\">aaaaaaaa</code>, the revision in force"), "{html}");
+        assert!(html.contains("is invalid, so no pass plans from it; the next pass enforces <code class=\"commit\" title=\"aaaaaaaa\">aaaaaaa</code>, the revision in force"), "{html}");
         assert!(
             html.contains("no changes: PVE matches the desired state"),
             "{html}"

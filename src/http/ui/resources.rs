@@ -142,7 +142,7 @@ mod tests {
             last: Some(last("invalid")),
             commit_url: None,
         });
-        assert!(html.contains("; these are the objects of <code class=\"commit\" title=\"aaaaaaaa\">aaaaaaaa</code>, the revision in force"), "{html}");
+        assert!(html.contains("; these are the objects of <code class=\"commit\" title=\"aaaaaaaa\">aaaaaaa</code>, the revision in force"), "{html}");
         assert_eq!(html.matches("<tr class=\"object\">").count(), 2);
     }
 }
