@@ -63,7 +63,7 @@ pub fn render(r: &Resources) -> String {
             body,
             "<section id=\"node-{}\"><h2>{} <span class=\"muted\">({} objects)</span></h2>\
              <div class=\"scroll\"><table class=\"objects\"><thead><tr><th>kind</th><th>name</th>\
-             <th>vmid</th><th>cluster</th><th>state</th><th>last action</th><th>error</th></tr>\
+             <th class=\"num\">vmid</th><th>cluster</th><th>state</th><th>last action</th><th>error or finding</th></tr>\
              </thead><tbody>",
             escape(node),
             escape(node),
@@ -73,13 +73,15 @@ pub fn render(r: &Resources) -> String {
             let _ = write!(
                 body,
                 "<tr class=\"object\"><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
+                 <td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
                 escape(&o.kind),
                 escape(&o.name),
                 o.id.map(|v| v.to_string()).unwrap_or_default(),
                 escape(o.cluster.as_deref().unwrap_or("")),
                 badge(&o.state),
                 escape(o.last_action.as_deref().unwrap_or("")),
+                // A failure in red; a finding or a skip reason is a note.
+                if o.state == "failed" { "error" } else { "note" },
                 escape(o.last_error.as_deref().unwrap_or("")),
             );
         }
@@ -133,6 +135,28 @@ mod tests {
         );
         assert!(html.contains("<span class=\"badge warn\">drift</span>"));
         assert!(!html.contains("<script>x"));
+    }
+
+    #[test]
+    fn a_failure_reads_as_an_error_and_a_finding_as_a_note() {
+        let mut l = last("failed");
+        l.objects[0].last_error = Some("PVE said no".to_owned());
+        l.objects[0].state = "failed".to_owned();
+        l.objects[1].last_error = Some("cores differs".to_owned());
+        l.objects[1].state = "anomalous".to_owned();
+        let html = render(&Resources {
+            node: "*".to_owned(),
+            last: Some(l),
+            commit_url: None,
+        });
+        assert!(
+            html.contains("<td class=\"error\">PVE said no</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td class=\"note\">cores differs</td>"),
+            "{html}"
+        );
     }
 
     #[test]
