@@ -26,6 +26,7 @@ mod pve_api;
 mod readme;
 mod reliability;
 mod repository_budget;
+mod scope;
 mod secrets_never_leak;
 mod sim;
 mod sops;
