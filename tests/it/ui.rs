@@ -508,6 +508,21 @@ async fn the_web_ui_shows_passes_drift_the_next_plan_and_an_invalid_head_in_a_re
     )
     .await;
 
+    // No page carries the PVE token's secret or an absolute path of the node.
+    let state_dir = world.dir.path().join("state-pve1");
+    for page in std::fs::read_dir(screenshot_dir()).unwrap() {
+        let path = page.unwrap().path();
+        if path.extension().is_some_and(|e| e == "html") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(!text.contains("proxops-dev-secret"), "{}", path.display());
+            assert!(
+                !text.contains(&state_dir.display().to_string()),
+                "{}",
+                path.display()
+            );
+        }
+    }
+
     let mut agent = agent;
     assert!(agent.terminate().success());
 }
