@@ -192,7 +192,7 @@ pub fn render(o: &Overview) -> String {
         for (node, (states, total, drift)) in &nodes {
             let _ = write!(
                 body,
-                "<tr><td><a href=\"/ui/resources#node-{}\">{}</a></td><td>{total}</td>",
+                "<tr><td><a href=\"/ui/resources#node-{}\">{}</a></td><td class=\"num\">{total}</td>",
                 escape(node),
                 escape(node)
             );
@@ -290,11 +290,15 @@ mod tests {
     fn each_node_gets_a_row_with_its_objects_counted_by_state() {
         let html = render(&overview());
         assert!(
-            html.contains("<a href=\"/ui/resources#node-pve1\">pve1</a></td><td>1</td>"),
+            html.contains(
+                "<a href=\"/ui/resources#node-pve1\">pve1</a></td><td class=\"num\">1</td>"
+            ),
             "{html}"
         );
         assert!(
-            html.contains("<a href=\"/ui/resources#node-pve2\">pve2</a></td><td>1</td>"),
+            html.contains(
+                "<a href=\"/ui/resources#node-pve2\">pve2</a></td><td class=\"num\">1</td>"
+            ),
             "{html}"
         );
         assert!(
