@@ -34,3 +34,4 @@ mod sops;
 mod stats_lag;
 mod support;
 mod tls;
+mod ui;
