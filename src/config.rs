@@ -62,6 +62,8 @@ pub struct AgentConfig {
     pub policy: Policy,
     /// Where the cluster's SOPS document and its age identity are.
     pub secrets: SecretsConfig,
+    /// `[snippets]`: the default storage of cloud-init snippets and their grace period.
+    pub snippets: crate::snippets::SnippetsConfig,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -246,6 +248,7 @@ struct RawConfig {
     pve: Option<RawPve>,
     policy: Option<RawPolicy>,
     secrets: Option<RawSecrets>,
+    snippets: Option<crate::snippets::config::RawSnippets>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -597,6 +600,12 @@ impl AgentConfig {
             file: raw_secrets.file.map(|f| base.join(f)),
         };
 
+        let snippets = raw
+            .snippets
+            .unwrap_or_default()
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
+
         let p = raw.policy.unwrap_or_default();
         let task_timeout_text = p
             .task_timeout
@@ -643,6 +652,7 @@ impl AgentConfig {
             pve,
             policy,
             secrets,
+            snippets,
         })
     }
 }

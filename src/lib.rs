@@ -42,6 +42,7 @@ pub mod output;
 pub mod reconcile;
 pub mod secrets;
 pub mod serve;
+pub mod snippets;
 pub mod source;
 pub mod telemetry;
 pub mod timefmt;

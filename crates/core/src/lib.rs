@@ -27,6 +27,7 @@ pub mod repository;
 pub mod resource;
 pub mod schema;
 pub mod secret;
+pub mod snippet;
 
 pub use desired::Manifest;
 pub use graph::DependencyGraph;
