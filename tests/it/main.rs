@@ -26,6 +26,7 @@ mod reliability;
 mod repository_budget;
 mod secrets_never_leak;
 mod sim;
+mod snippets;
 mod sops;
 mod stats_lag;
 mod support;
