@@ -1784,4 +1784,24 @@ mod tests {
             ],
         );
     }
+    #[test]
+    fn snippets_are_inline_or_a_yaml_file_under_snippets_and_name_only_sops_references() {
+        let v = valid(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    user-data: \"#cloud-config\\npassword: ${{secret:secrets.db}}\\n\"\n    network-data: {{file: snippets/net.yaml}}\n    snippets-storage: nfs-ci\n"
+        )));
+        let Some(Spec::Vm(spec)) = &v.spec else { panic!("a VM") };
+        let snippets = &spec.cloud_init_data.snippets;
+        assert_eq!(snippets.storage.as_ref().map(|s| s.as_str()), Some("nfs-ci"));
+        assert_eq!(snippets.declared.len(), 2);
+        assert_eq!(snippets.declared[0].0, SnippetKind::User);
+        assert!(matches!(&snippets.declared[1], (SnippetKind::Network, SnippetSource::File { path, .. }) if path == "snippets/net.yaml"));
+
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    user-data: {{file: ../etc/shadow}}\n    vendor-data: \"${{secret:admin}}\"\n"
+        )));
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(e[0].contains("spec.cloud-init-data.user-data.file: `../etc/shadow` is not a snippet file of the repository"), "{e:#?}");
+        assert!(e[1].contains("spec.cloud-init-data.vendor-data: `${secret:admin}` is not a reference to the SOPS document"), "{e:#?}");
+    }
+
 }

@@ -272,3 +272,169 @@ fn declared_vm(desired: &DesiredState, name: &str) -> Option<(ResourceId, String
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use crate::guest::{GuestType, LiveConfig};
+    use crate::manifest::SnippetKind;
+    use crate::observed::{Listing, ObservedGuest, ObservedState};
+    use crate::plan::{FindingKind, Inventory, NodeScope, Plan, Policy, Verb, plan};
+    use crate::repository::{DesiredState, load};
+    use crate::resource::{Kind, ResourceId};
+    use crate::secret::Sealed;
+    use crate::snippet::{ResolvedSnippet, ResolvedSnippets};
+
+    const FILE: &str = "proxops-web-user-0123456789ab.yaml";
+    const OLD: &str = "proxops-web-user-ba9876543210.yaml";
+
+    /// VM `web` with user-data, resolved to [`FILE`] on `local`.
+    fn desired() -> DesiredState {
+        let doc = "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata: {name: web}\nspec:\n  node: pve1\n  vmid: 130\n  memory: 1GiB\n  cpu: {type: host, cores: 1}\n  disks:\n    - {storage: local-lvm, size: 4GiB}\n  cloud-init-data:\n    user-data: \"#cloud-config\\n\"\n";
+        let files = BTreeMap::from([("vm.yaml".to_owned(), doc.to_owned())]);
+        let mut state = load(&files).states.into_iter().next().expect("valid");
+        let resolved = ResolvedSnippets {
+            snippets: vec![ResolvedSnippet {
+                kind: SnippetKind::User,
+                storage: "local".into(),
+                file: FILE.into(),
+                sha256: "0123456789abcdef".into(),
+                content: Sealed::new("#cloud-config\n"),
+                has_secrets: false,
+            }],
+        };
+        assert!(state
+            .manifest
+            .set_resolved_snippets(&ResourceId::new(Kind::Vm, "web"), resolved));
+        state
+    }
+
+    fn observed(content: &[&str], files: &[(&str, u64)]) -> ObservedState {
+        let mut o = ObservedState::default();
+        o.add_storage("pve1", "local", false, content.iter().map(|c| (*c).to_owned()));
+        let listed: BTreeSet<String> = files
+            .iter()
+            .map(|(f, _)| format!("local:snippets/{f}"))
+            .collect();
+        o.add_listing("pve1", "local", "snippets", Listing::Listed(listed));
+        if let Some(s) = o.storages.get_mut(&("pve1".to_owned(), "local".to_owned())) {
+            s.ctimes = files
+                .iter()
+                .map(|(f, t)| (format!("local:snippets/{f}"), *t))
+                .collect();
+        }
+        o
+    }
+
+    fn with_cicustom(mut o: ObservedState, cicustom: &str) -> ObservedState {
+        let config = LiveConfig::from_pairs(
+            GuestType::Qemu,
+            [("cicustom", cicustom), ("tags", "proxops"), ("name", "web")],
+        );
+        let mut g = ObservedGuest::new(130, "pve1", GuestType::Qemu, "stopped").with_tags("proxops");
+        g.config = Some(Ok(config));
+        g.pending = Some(Ok(Default::default()));
+        o.add_guest(g);
+        o
+    }
+
+    fn policy(removable_before: Option<u64>) -> Policy {
+        Policy {
+            snippets_removable_before: removable_before,
+            ..Policy::new(NodeScope::Node("pve1".into()))
+        }
+    }
+
+    fn run(o: &ObservedState, p: &Policy) -> Plan {
+        plan(&desired(), o, &Inventory::from_tags(o), p)
+    }
+
+    fn verbs(p: &Plan) -> Vec<&'static str> {
+        p.actions().map(|a| a.verb.name()).collect()
+    }
+
+    #[test]
+    fn an_absent_snippet_is_written_before_the_vm_is_created_and_a_listed_one_is_not() {
+        let p = run(&observed(&["snippets"], &[]), &policy(None));
+        assert_eq!(verbs(&p)[..2], ["write-snippet", "create"]);
+        let Verb::WriteSnippet(s) = &p.levels[0][0].verb else {
+            panic!("{p:?}");
+        };
+        assert_eq!(s.volid(), format!("local:snippets/{FILE}"));
+        let Verb::Create(c) = &p.levels[0][1].verb else {
+            panic!("{p:?}");
+        };
+        assert_eq!(c.params["cicustom"], format!("user=local:snippets/{FILE}"));
+        let p = run(&observed(&["snippets"], &[(FILE, 1)]), &policy(None));
+        assert_eq!(verbs(&p), ["create", "start"]);
+    }
+
+    #[test]
+    fn a_storage_without_snippets_content_blocks_the_vm_with_what_to_run() {
+        let p = run(&observed(&["iso", "vztmpl"], &[]), &policy(None));
+        assert!(!p.has_changes(), "{p:?}");
+        assert_eq!(p.findings.len(), 1, "{:?}", p.findings);
+        let f = &p.findings[0];
+        assert_eq!(f.kind, FindingKind::SnippetsStorage);
+        assert_eq!(f.field, "spec.cloud-init-data.user-data");
+        assert!(
+            f.message.contains("`pvesm set local --content iso,vztmpl,snippets`"),
+            "{}",
+            f.message
+        );
+        assert!(p.blocked.contains(&(ResourceId::new(Kind::Vm, "web"), "pve1".to_owned())));
+    }
+
+    #[test]
+    fn a_changed_cicustom_regenerates_the_drive() {
+        let o = with_cicustom(observed(&["snippets"], &[(FILE, 1), (OLD, 1)]), &format!("user=local:snippets/{OLD}"));
+        let p = run(&o, &policy(None));
+        let update = p
+            .actions()
+            .find_map(|a| match &a.verb {
+                Verb::Update(u) => Some(u),
+                _ => None,
+            })
+            .expect("an update");
+        assert_eq!(update.set["cicustom"], format!("user=local:snippets/{FILE}"));
+        assert!(update.regenerate_cloudinit);
+    }
+
+    #[test]
+    fn only_unreferenced_proxops_files_past_the_grace_are_removed() {
+        let files = [
+            (FILE, 10),
+            (OLD, 10),
+            ("proxops-gone-user-aaaaaaaaaaaa.yaml", 10),
+            ("proxops-young-user-bbbbbbbbbbbb.yaml", 500),
+            ("hand-made.yaml", 10),
+        ];
+        // The old file is still named by the live cicustom: kept.
+        let o = with_cicustom(observed(&["snippets"], &files), &format!("user=local:snippets/{OLD}"));
+        let removed: Vec<String> = run(&o, &policy(Some(100)))
+            .actions()
+            .filter_map(|a| match &a.verb {
+                Verb::RemoveSnippet(s) => Some(s.file.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(removed, ["proxops-gone-user-aaaaaaaaaaaa.yaml"]);
+        // Without a cutoff nothing is removed.
+        assert!(
+            !run(&o, &policy(None))
+                .actions()
+                .any(|a| matches!(a.verb, Verb::RemoveSnippet(_)))
+        );
+        // Once nothing names it, the old file goes too.
+        let o = with_cicustom(observed(&["snippets"], &files), &format!("user=local:snippets/{FILE}"));
+        let removed: BTreeSet<String> = run(&o, &policy(Some(100)))
+            .actions()
+            .filter_map(|a| match &a.verb {
+                Verb::RemoveSnippet(s) => Some(s.file.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(removed.contains(OLD) && !removed.contains(FILE), "{removed:?}");
+    }
+}
