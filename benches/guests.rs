@@ -98,9 +98,11 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
             concurrency_per_node,
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(10),
+            local_node: None,
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
+        snippets: proxops::snippets::SnippetsConfig::default(),
     }
 }
 

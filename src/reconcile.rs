@@ -28,7 +28,9 @@ pub use crate::config::Mode;
 use crate::config::{AgentConfig, SecretsConfig};
 use crate::execute::{self, ApplyReport, LevelGate, Progress};
 use crate::observe;
-use crate::secrets::resolve::{ResolveError, UnresolvedRef, open_revision_document, resolve_desired};
+use crate::secrets::resolve::{
+    ResolveError, UnresolvedRef, open_revision_document, resolve_desired,
+};
 use crate::secrets::sops::resolve_snippet_ref;
 use crate::snippets::SnippetsConfig;
 use crate::snippets::resolve as snippet_resolve;
@@ -238,7 +240,11 @@ pub fn resolve_snippets(
     let document = if references.is_empty() {
         None
     } else {
-        Some(open_revision_document(desired.cluster.as_deref(), files, secrets)?)
+        Some(open_revision_document(
+            desired.cluster.as_deref(),
+            files,
+            secrets,
+        )?)
     };
     let lookup = |reference: &str| {
         document
@@ -246,8 +252,8 @@ pub fn resolve_snippets(
             .and_then(|d| resolve_snippet_ref(d, reference))
             .cloned()
     };
-    snippet_resolve::resolve(desired, files, &snippets.storage, &lookup).map_err(|error| {
-        match error {
+    snippet_resolve::resolve(desired, files, &snippets.storage, &lookup).map_err(
+        |error| match error {
             snippet_resolve::ResolveError::Invalid(diagnostics) => {
                 ReconcileError::Invalid(diagnostics)
             }
@@ -262,8 +268,8 @@ pub fn resolve_snippets(
                     empty: false,
                 }))
             }
-        }
-    })
+        },
+    )
 }
 
 /// Observes PVE and plans with the default policy (no prune, no restarts): no writes.

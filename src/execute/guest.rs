@@ -83,11 +83,13 @@ impl GuestRun<'_> {
             Verb::Reboot(g) => self.power(*g, Power::Reboot).await,
             Verb::Promote(g) => self.promote(*g).await,
             Verb::Delete(g) => self.delete(*g).await,
-            Verb::Download(_) | Verb::WriteSnippet(_) | Verb::RemoveSnippet(_) => Err(StepError::Failed {
-                class: FailureClass::Refused,
-                upid: None,
-                error: "not a guest action".to_owned(),
-            }),
+            Verb::Download(_) | Verb::WriteSnippet(_) | Verb::RemoveSnippet(_) => {
+                Err(StepError::Failed {
+                    class: FailureClass::Refused,
+                    upid: None,
+                    error: "not a guest action".to_owned(),
+                })
+            }
         };
         match result {
             Ok((upid, exitstatus)) => Outcome::Succeeded { upid, exitstatus },

@@ -60,7 +60,10 @@ async fn snippets_dir(pve: &PveClient, storage: &str) -> Result<PathBuf, Outcome
     let config = pve.storage_config(storage).await.map_err(|e| {
         failed(
             FailureClass::of_pve(&e),
-            format!("reading the configuration of storage {storage}: {}", error_text(&e)),
+            format!(
+                "reading the configuration of storage {storage}: {}",
+                error_text(&e)
+            ),
         )
     })?;
     if !config.has_content(SNIPPETS) {
@@ -94,7 +97,11 @@ async fn snippets_dir(pve: &PveClient, storage: &str) -> Result<PathBuf, Outcome
     Ok(PathBuf::from(path).join(config.content_subdir(SNIPPETS)))
 }
 
-fn resolved<'a>(desired: &'a DesiredState, action: &Action, s: &Snippet) -> Option<&'a ResolvedSnippet> {
+fn resolved<'a>(
+    desired: &'a DesiredState,
+    action: &Action,
+    s: &Snippet,
+) -> Option<&'a ResolvedSnippet> {
     match &desired.manifest.get(&action.resource)?.spec {
         Some(Spec::Vm(vm)) => vm
             .cloud_init_data
@@ -147,7 +154,11 @@ pub(super) async fn write(
         Ok(dir) => dir,
         Err(outcome) => return outcome,
     };
-    let mode = if resolved.has_secrets { SECRET_MODE } else { PUBLIC_MODE };
+    let mode = if resolved.has_secrets {
+        SECRET_MODE
+    } else {
+        PUBLIC_MODE
+    };
     let name = s.file.clone();
     let content = resolved.content.clone();
     let written = tokio::task::spawn_blocking(move || {
@@ -161,19 +172,30 @@ pub(super) async fn write(
         }
         Ok(Ok(false)) => ok(),
         Ok(Err(error)) => failed(FailureClass::Refused, error_text(&error)),
-        Err(error) => failed(FailureClass::Transient, format!("writing {}: {error}", s.file)),
+        Err(error) => failed(
+            FailureClass::Transient,
+            format!("writing {}: {error}", s.file),
+        ),
     }
 }
 
 /// Runs a `remove-snippet` action.
-pub(super) async fn remove(pve: &PveClient, action: &Action, s: &Snippet, options: &Options) -> Outcome {
+pub(super) async fn remove(
+    pve: &PveClient,
+    action: &Action,
+    s: &Snippet,
+    options: &Options,
+) -> Outcome {
     if let Some(refused) = on_other_node(options, action, s) {
         return refused;
     }
     if snippet::parse_file_name(&s.file).is_none() || s.file.contains('/') {
         return failed(
             FailureClass::Refused,
-            format!("{} is not a name ProxOps gives; it is never removed", s.file),
+            format!(
+                "{} is not a name ProxOps gives; it is never removed",
+                s.file
+            ),
         );
     }
     let dir = match snippets_dir(pve, &s.storage).await {
@@ -187,7 +209,10 @@ pub(super) async fn remove(pve: &PveClient, action: &Action, s: &Snippet, option
             ok()
         }
         Ok(Err(error)) => failed(FailureClass::Refused, error_text(&error)),
-        Err(error) => failed(FailureClass::Transient, format!("removing {}: {error}", s.file)),
+        Err(error) => failed(
+            FailureClass::Transient,
+            format!("removing {}: {error}", s.file),
+        ),
     }
 }
 

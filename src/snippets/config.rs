@@ -90,7 +90,13 @@ mod tests {
 
     #[test]
     fn a_bad_storage_or_grace_names_its_key() {
-        assert_eq!(parse("storage = \"a b\"").err().map(|e| e.0), Some("snippets.storage"));
-        assert_eq!(parse("grace = \"soon\"").err().map(|e| e.0), Some("snippets.grace"));
+        assert_eq!(
+            parse("storage = \"a b\"").err().map(|e| e.0),
+            Some("snippets.storage")
+        );
+        assert_eq!(
+            parse("grace = \"soon\"").err().map(|e| e.0),
+            Some("snippets.grace")
+        );
     }
 }

@@ -189,7 +189,10 @@ mod tests {
         assert!(write(&dir, "a.yaml", b"#cloud-config\n", SECRET_MODE).expect("written"));
         let meta = fs::metadata(dir.join("a.yaml")).expect("exists");
         assert_eq!(meta.permissions().mode() & 0o777, SECRET_MODE);
-        assert_eq!(fs::read(dir.join("a.yaml")).expect("reads"), b"#cloud-config\n");
+        assert_eq!(
+            fs::read(dir.join("a.yaml")).expect("reads"),
+            b"#cloud-config\n"
+        );
         assert!(!write(&dir, "a.yaml", b"#cloud-config\n", SECRET_MODE).expect("no-op"));
         // A different mode is a rewrite, not a no-op.
         assert!(write(&dir, "a.yaml", b"#cloud-config\n", PUBLIC_MODE).expect("rewritten"));
@@ -217,8 +220,17 @@ mod tests {
         fs::write(&target, b"keep").expect("target");
         std::os::unix::fs::symlink(&target, dir.join("a.yaml")).expect("link");
         assert!(write(&dir, "a.yaml", b"new", PUBLIC_MODE).expect("written"));
-        assert_eq!(fs::read(&target).expect("reads"), b"keep", "the link's target is untouched");
-        assert!(!fs::symlink_metadata(dir.join("a.yaml")).expect("meta").file_type().is_symlink());
+        assert_eq!(
+            fs::read(&target).expect("reads"),
+            b"keep",
+            "the link's target is untouched"
+        );
+        assert!(
+            !fs::symlink_metadata(dir.join("a.yaml"))
+                .expect("meta")
+                .file_type()
+                .is_symlink()
+        );
     }
 
     #[test]

@@ -123,7 +123,10 @@ pub fn resolve(
                         line,
                         column,
                         at.clone(),
-                        format!("{} bytes, more than the 1 MiB PVE reads of a snippet", text.len()),
+                        format!(
+                            "{} bytes, more than the 1 MiB PVE reads of a snippet",
+                            text.len()
+                        ),
                     )
                     .with_help("shorten the snippet; PVE refuses larger ones"),
                 );
@@ -138,7 +141,9 @@ pub fn resolve(
                             line,
                             column,
                             at.clone(),
-                            format!("`${{secret:` at byte {byte} of the snippet has no closing `}}`"),
+                            format!(
+                                "`${{secret:` at byte {byte} of the snippet has no closing `}}`"
+                            ),
                         )
                         .with_help("write `${secret:secrets.<name>}`"),
                     );

@@ -102,23 +102,40 @@ async fn user_data_is_written_by_hash_pointed_at_replaced_when_edited_and_the_ol
     let plan = world.proxops(&["plan"]).await;
     let first_name = hash_name("user", first);
     assert!(
-        stdout(&plan).contains(&format!("+ write snippet local:snippets/{first_name} for VM/web on pve1")),
+        stdout(&plan).contains(&format!(
+            "+ write snippet local:snippets/{first_name} for VM/web on pve1"
+        )),
         "{}",
         stdout(&plan)
     );
-    assert!(!stdout(&plan).contains("nginx"), "plans never show snippet text");
-    assert!(files_in(&snippets_dir(root.path())).is_empty(), "plan writes nothing");
+    assert!(
+        !stdout(&plan).contains("nginx"),
+        "plans never show snippet text"
+    );
+    assert!(
+        files_in(&snippets_dir(root.path())).is_empty(),
+        "plan writes nothing"
+    );
 
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
     let dir = snippets_dir(root.path());
-    assert_eq!(files_in(&dir), [first_name.clone()]);
-    assert_eq!(std::fs::read_to_string(dir.join(&first_name)).unwrap(), first);
+    assert_eq!(files_in(&dir), std::slice::from_ref(&first_name));
+    assert_eq!(
+        std::fs::read_to_string(dir.join(&first_name)).unwrap(),
+        first
+    );
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.join(&first_name)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(dir.join(&first_name))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o644, "readable by PVE");
     }
-    assert_eq!(cicustom(&world).await, format!("user=local:snippets/{first_name}"));
+    assert_eq!(
+        cicustom(&world).await,
+        format!("user=local:snippets/{first_name}")
+    );
     assert_eq!(
         world.listing("pve1", "local", "snippets").await,
         [format!("local:snippets/{first_name}")],
@@ -143,8 +160,14 @@ async fn user_data_is_written_by_hash_pointed_at_replaced_when_edited_and_the_ol
         stdout(&plan)
     );
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
-    assert_eq!(cicustom(&world).await, format!("user=local:snippets/{second_name}"));
-    assert_eq!(std::fs::read_to_string(dir.join(&second_name)).unwrap(), second);
+    assert_eq!(
+        cicustom(&world).await,
+        format!("user=local:snippets/{second_name}")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(&second_name)).unwrap(),
+        second
+    );
     let regenerated: Vec<_> = world
         .writes()
         .into_iter()
@@ -152,12 +175,18 @@ async fn user_data_is_written_by_hash_pointed_at_replaced_when_edited_and_the_ol
         .collect();
     assert_eq!(regenerated.len(), 1, "one PUT .../cloudinit");
     assert_eq!(regenerated[0].status, 200);
-    assert!(dir.join(&first_name).exists(), "kept during the grace period");
+    assert!(
+        dir.join(&first_name).exists(),
+        "kept during the grace period"
+    );
 
     // Later passes remove the old file once its grace is over, and never the new one.
     let deadline = Instant::now() + Duration::from_secs(30);
     while dir.join(&first_name).exists() {
-        assert!(Instant::now() < deadline, "the old snippet was never removed");
+        assert!(
+            Instant::now() < deadline,
+            "the old snippet was never removed"
+        );
         assert_ok(&world.proxops(&["apply", "--yes"]).await);
     }
     assert_eq!(files_in(&dir), [second_name]);
@@ -170,15 +199,25 @@ async fn a_file_of_another_tool_in_the_snippets_directory_is_never_removed() {
     let world = world(root.path()).await;
     let dir = snippets_dir(root.path());
     std::fs::write(dir.join("hand-made.yaml"), "#cloud-config\n").unwrap();
-    std::fs::write(dir.join("proxops-old-user-0123456789ab.yaml"), "#cloud-config\n").unwrap();
+    std::fs::write(
+        dir.join("proxops-old-user-0123456789ab.yaml"),
+        "#cloud-config\n",
+    )
+    .unwrap();
     world.write("vm/web.yaml", Some(&vm("#cloud-config\n", "")));
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
     let deadline = Instant::now() + Duration::from_secs(30);
     while dir.join("proxops-old-user-0123456789ab.yaml").exists() {
-        assert!(Instant::now() < deadline, "the unreferenced ProxOps file stayed");
+        assert!(
+            Instant::now() < deadline,
+            "the unreferenced ProxOps file stayed"
+        );
         assert_ok(&world.proxops(&["apply", "--yes"]).await);
     }
-    assert!(dir.join("hand-made.yaml").exists(), "only files with ProxOps's prefix go");
+    assert!(
+        dir.join("hand-made.yaml").exists(),
+        "only files with ProxOps's prefix go"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -201,7 +240,10 @@ async fn a_snippets_storage_without_snippets_content_is_a_finding_that_says_what
         out.contains("`pvesm set local-lvm --content images,rootdir,snippets`"),
         "{out}"
     );
-    assert!(!out.contains("+ create"), "the VM is not created without its snippet: {out}");
+    assert!(
+        !out.contains("+ create"),
+        "the VM is not created without its snippet: {out}"
+    );
     let writes = world.writes().len();
     world.proxops(&["apply", "--yes"]).await;
     assert_eq!(world.writes().len(), writes, "nothing is written");
@@ -227,7 +269,11 @@ async fn cicustom_in_extra_next_to_user_data_is_a_located_error() {
         "{}",
         stderr(&out)
     );
-    assert!(stderr(&out).contains("help: ProxOps sets `cicustom`"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("help: ProxOps sets `cicustom`"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -251,10 +297,16 @@ async fn a_snippet_file_missing_from_the_repository_is_a_located_error_before_an
     assert!(world.requests().is_empty(), "no PVE request");
 
     // Committed, the file's text is the snippet (and `snippets/` is never read as manifests).
-    world.write("snippets/web-user.yaml", Some("#cloud-config\nhostname: web\n"));
+    world.write(
+        "snippets/web-user.yaml",
+        Some("#cloud-config\nhostname: web\n"),
+    );
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
     let name = hash_name("user", "#cloud-config\nhostname: web\n");
-    assert_eq!(cicustom(&world).await, format!("user=local:snippets/{name}"));
+    assert_eq!(
+        cicustom(&world).await,
+        format!("user=local:snippets/{name}")
+    );
     assert!(snippets_dir(root.path()).join(name).exists());
 }
 
@@ -315,19 +367,26 @@ async fn a_sops_value_in_a_snippet_is_in_the_file_only_and_nowhere_else() {
         shown.push((args.join(" "), stdout(&out) + &stderr(&out)));
     }
     assert!(
-        shown[0].1.contains("+ write snippet local:snippets/proxops-web-user-"),
+        shown[0]
+            .1
+            .contains("+ write snippet local:snippets/proxops-web-user-"),
         "{}",
         shown[0].1
     );
     assert!(
-        shown[0].1.contains("content changed (it holds SOPS values, not shown)"),
+        shown[0]
+            .1
+            .contains("content changed (it holds SOPS values, not shown)"),
         "{}",
         shown[0].1
     );
 
     // The agent applies the same files from git, records the pass, and serves its API.
     let repo = TestRepo::new();
-    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
     let commit = repo.commit_files(&refs, "a VM whose user-data holds a SOPS value");
     let daemon = repo.serve();
     let dir = world.dir.path();
@@ -348,13 +407,33 @@ async fn a_sops_value_in_a_snippet_is_in_the_file_only_and_nowhere_else() {
     let names = files_in(&snippets);
     assert_eq!(names.len(), 1, "{names:?}");
     let written = std::fs::read_to_string(snippets.join(&names[0])).unwrap();
-    assert!(written.contains(&format!("password: {SECRET}}}")), "{written}");
+    assert!(
+        written.contains(&format!("password: {SECRET}}}")),
+        "{written}"
+    );
     assert!(!written.contains("${secret:"), "{written}");
-    let mode = std::fs::metadata(snippets.join(&names[0])).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o600, "a snippet with secrets is root-readable only");
-    assert_eq!(cicustom(&world).await, format!("user=local:snippets/{}", names[0]));
+    let mode = std::fs::metadata(snippets.join(&names[0]))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "a snippet with secrets is root-readable only"
+    );
+    assert_eq!(
+        cicustom(&world).await,
+        format!("user=local:snippets/{}", names[0])
+    );
 
-    for path in ["/status", "/api/v1/status", "/api/v1/revisions", "/api/v1/drift", "/metrics", "/"] {
+    for path in [
+        "/status",
+        "/api/v1/status",
+        "/api/v1/revisions",
+        "/api/v1/drift",
+        "/metrics",
+        "/",
+    ] {
         shown.push((path.to_owned(), agent.get_text(path).await.1));
     }
     assert!(agent.terminate().success());
@@ -369,7 +448,10 @@ async fn a_sops_value_in_a_snippet_is_in_the_file_only_and_nowhere_else() {
         .map(|(_, t)| t)
         .collect();
     let text = text.join("\n");
-    assert!(text.contains(&names[0]), "the database records the write by file name");
+    assert!(
+        text.contains(&names[0]),
+        "the database records the write by file name"
+    );
     shown.push(("database".into(), text));
     let log = agent.log_text() + &agent.stdout_text();
     assert!(log.contains("TRACE"), "the agent logged at trace level");

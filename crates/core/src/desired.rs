@@ -326,9 +326,7 @@ impl Manifest {
 
     /// The VMs and TemplateVMs that declare cloud-init snippets, with their resource
     /// (file, location) and snippets.
-    pub fn snippet_vms(
-        &self,
-    ) -> impl Iterator<Item = (&Resource, &crate::manifest::Snippets)> {
+    pub fn snippet_vms(&self) -> impl Iterator<Item = (&Resource, &crate::manifest::Snippets)> {
         self.resources.values().filter_map(|r| match &r.spec {
             Some(crate::manifest::Spec::Vm(vm)) if !vm.cloud_init_data.snippets.is_empty() => {
                 Some((r, &vm.cloud_init_data.snippets))

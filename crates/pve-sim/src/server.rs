@@ -171,7 +171,9 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSi
         cluster.use_stats_snapshots();
     }
     if let Some(root) = &config.storage_root {
-        cluster.map_storages_to(root).map_err(SimError::StorageRoot)?;
+        cluster
+            .map_storages_to(root)
+            .map_err(SimError::StorageRoot)?;
     }
     let settings = Settings {
         task_duration: config.task_duration,

@@ -218,36 +218,6 @@ pub(crate) fn parse_allocation(file: &str) -> Option<(&str, f64)> {
     size.parse::<f64>().ok().map(|s| (storage, s))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_print_in_the_largest_exact_unit() {
-        assert_eq!(format_size(8 << 30), "8G");
-        assert_eq!(format_size(512 << 20), "512M");
-        assert_eq!(format_size(4096), "4K");
-        assert_eq!(format_size(1000), "1000");
-        assert_eq!(parse_size("8G"), Some(8 << 30));
-        assert_eq!(gib_to_bytes(0.5), 512 << 20);
-    }
-
-    #[test]
-    fn volume_names_parse_into_content_types() {
-        assert_eq!(parse_volname("iso/a.iso").unwrap().content, "iso");
-        assert_eq!(parse_volname("vztmpl/d.tar.zst").unwrap().format, "tzst");
-        let img = parse_volname("base-100-disk-0/vm-101-disk-0").unwrap();
-        assert_eq!((img.content.as_str(), img.vmid), ("images", Some(101)));
-        assert_eq!(
-            parse_volname("100/vm-100-disk-1.qcow2").unwrap().format,
-            "qcow2"
-        );
-        assert!(parse_volname("iso").is_err());
-        assert_eq!(parse_allocation("local-lvm:0.5"), Some(("local-lvm", 0.5)));
-        assert_eq!(parse_allocation("local-lvm:vm-100-disk-0"), None);
-    }
-}
-
 /// The files of `def`'s snippets directory as pve-storage lists them (`Plugin.pm`
 /// `$get_subdir_files`, `snippets`: every non-directory entry of `<$path/*>`, which skips
 /// dot-files, as volume `snippets/<name>` with format `snippet`, its size and `ctime`). Only
@@ -279,7 +249,7 @@ pub(crate) fn snippet_files(def: &StorageDef) -> Vec<(String, Volume)> {
             })
         })
         .collect();
-    out.sort_by(|a, b| a.0.to_lowercase().cmp(&b.0.to_lowercase()));
+    out.sort_by_key(|a| a.0.to_lowercase());
     out
 }
 
@@ -294,4 +264,34 @@ pub(crate) fn snippet_exists(def: &StorageDef, volname: &str) -> bool {
                 .join(name)
                 .is_file()
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_in_the_largest_exact_unit() {
+        assert_eq!(format_size(8 << 30), "8G");
+        assert_eq!(format_size(512 << 20), "512M");
+        assert_eq!(format_size(4096), "4K");
+        assert_eq!(format_size(1000), "1000");
+        assert_eq!(parse_size("8G"), Some(8 << 30));
+        assert_eq!(gib_to_bytes(0.5), 512 << 20);
+    }
+
+    #[test]
+    fn volume_names_parse_into_content_types() {
+        assert_eq!(parse_volname("iso/a.iso").unwrap().content, "iso");
+        assert_eq!(parse_volname("vztmpl/d.tar.zst").unwrap().format, "tzst");
+        let img = parse_volname("base-100-disk-0/vm-101-disk-0").unwrap();
+        assert_eq!((img.content.as_str(), img.vmid), ("images", Some(101)));
+        assert_eq!(
+            parse_volname("100/vm-100-disk-1.qcow2").unwrap().format,
+            "qcow2"
+        );
+        assert!(parse_volname("iso").is_err());
+        assert_eq!(parse_allocation("local-lvm:0.5"), Some(("local-lvm", 0.5)));
+        assert_eq!(parse_allocation("local-lvm:vm-100-disk-0"), None);
+    }
 }

@@ -310,10 +310,9 @@ impl StorageConfig {
     /// names one, else pve-storage's default (`Plugin.pm`, `$vtype_subdirs`, `get_subdir`).
     pub fn content_subdir(&self, content: &str) -> String {
         let overridden = match &self.content_dirs {
-            Some(serde_json::Value::Object(map)) => map
-                .get(content)
-                .and_then(|v| v.as_str())
-                .map(str::to_owned),
+            Some(serde_json::Value::Object(map)) => {
+                map.get(content).and_then(|v| v.as_str()).map(str::to_owned)
+            }
             Some(serde_json::Value::String(text)) => text.split(',').find_map(|pair| {
                 let (k, v) = pair.split_once('=')?;
                 (k.trim() == content).then(|| v.trim().to_owned())

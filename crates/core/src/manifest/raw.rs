@@ -423,7 +423,10 @@ impl<'de> Deserialize<'de> for RawSnippet {
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawSnippet, E> {
                 Ok(RawSnippet::Inline(v.to_owned()))
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawSnippet, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawSnippet, A::Error> {
                 RawSnippetFile::deserialize(serde::de::value::MapAccessDeserializer::new(map))
                     .map(RawSnippet::File)
             }

@@ -529,7 +529,10 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
     );
     if let Some(c) = cloud_init_data.as_mut()
         && !c.snippets.is_empty()
-        && raw.extra.as_ref().is_some_and(|e| e.contains_key("cicustom"))
+        && raw
+            .extra
+            .as_ref()
+            .is_some_and(|e| e.contains_key("cicustom"))
     {
         ck.error_at_key(
             "spec.extra.cicustom",
@@ -1210,7 +1213,10 @@ fn check_snippets(ck: &mut Checker<'_>, c: &RawCloudInitData) -> Option<Snippets
                 if text.len() > crate::snippet::MAX_BYTES {
                     ck.error_help(
                         &field,
-                        format!("{} bytes, more than the 1 MiB PVE reads of a snippet", text.len()),
+                        format!(
+                            "{} bytes, more than the 1 MiB PVE reads of a snippet",
+                            text.len()
+                        ),
                         "shorten it; PVE refuses larger snippets",
                     );
                     ok = false;
@@ -1222,7 +1228,9 @@ fn check_snippets(ck: &mut Checker<'_>, c: &RawCloudInitData) -> Option<Snippets
             RawSnippet::File(f) => {
                 let path = f.file.strip_prefix("./").unwrap_or(&f.file);
                 let inside = path.starts_with(crate::snippet::REPOSITORY_FOLDER)
-                    && !path.split('/').any(|c| c == ".." || c.is_empty() || c.starts_with('.'))
+                    && !path
+                        .split('/')
+                        .any(|c| c == ".." || c.is_empty() || c.starts_with('.'))
                     && (path.ends_with(".yaml") || path.ends_with(".yml"));
                 if !inside {
                     ck.error_help(
@@ -1789,12 +1797,19 @@ mod tests {
         let v = valid(&vm(&format!(
             "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    user-data: \"#cloud-config\\npassword: ${{secret:secrets.db}}\\n\"\n    network-data: {{file: snippets/net.yaml}}\n    snippets-storage: nfs-ci\n"
         )));
-        let Some(Spec::Vm(spec)) = &v.spec else { panic!("a VM") };
+        let Some(Spec::Vm(spec)) = &v.spec else {
+            panic!("a VM")
+        };
         let snippets = &spec.cloud_init_data.snippets;
-        assert_eq!(snippets.storage.as_ref().map(|s| s.as_str()), Some("nfs-ci"));
+        assert_eq!(
+            snippets.storage.as_ref().map(|s| s.as_str()),
+            Some("nfs-ci")
+        );
         assert_eq!(snippets.declared.len(), 2);
         assert_eq!(snippets.declared[0].0, SnippetKind::User);
-        assert!(matches!(&snippets.declared[1], (SnippetKind::Network, SnippetSource::File { path, .. }) if path == "snippets/net.yaml"));
+        assert!(
+            matches!(&snippets.declared[1], (SnippetKind::Network, SnippetSource::File { path, .. }) if path == "snippets/net.yaml")
+        );
 
         let e = errors(&vm(&format!(
             "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    user-data: {{file: ../etc/shadow}}\n    vendor-data: \"${{secret:admin}}\"\n"
@@ -1803,5 +1818,4 @@ mod tests {
         assert!(e[0].contains("spec.cloud-init-data.user-data.file: `../etc/shadow` is not a snippet file of the repository"), "{e:#?}");
         assert!(e[1].contains("spec.cloud-init-data.vendor-data: `${secret:admin}` is not a reference to the SOPS document"), "{e:#?}");
     }
-
 }

@@ -73,11 +73,18 @@ fn render_action(out: &mut String, action: &Action) {
         Verb::Update(u) => {
             render_update(out, action, u);
             if u.regenerate_cloudinit {
-                let _ = writeln!(out, "      then regenerate the cloud-init drive (risky: new cloud-init data)");
+                let _ = writeln!(
+                    out,
+                    "      then regenerate the cloud-init drive (risky: new cloud-init data)"
+                );
             }
         }
         Verb::WriteSnippet(s) => {
-            let _ = writeln!(out, "  + write snippet {} for {resource} on {node}", s.volid());
+            let _ = writeln!(
+                out,
+                "  + write snippet {} for {resource} on {node}",
+                s.volid()
+            );
             if !s.secret {
                 let _ = writeln!(out, "      sha256 {}", s.sha256);
             }

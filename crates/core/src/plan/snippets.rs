@@ -59,8 +59,7 @@ pub(super) fn plan_writes(
 ) {
     let level_of = super::guests::level_index(desired);
     for (id, node, snippets) in vms_with_snippets(desired) {
-        if !policy.scope.includes(node) || plan.blocked.contains(&(id.clone(), node.to_owned()))
-        {
+        if !policy.scope.includes(node) || plan.blocked.contains(&(id.clone(), node.to_owned())) {
             continue;
         }
         let mut writes = Vec::new();
@@ -69,7 +68,7 @@ pub(super) fn plan_writes(
             match write_of(observed, id, node, s) {
                 Ok(Some(action)) => writes.push(action),
                 Ok(None) => {}
-                Err(finding) => problems.push(finding),
+                Err(finding) => problems.push(*finding),
             }
         }
         let level = level_of.get(id).copied().unwrap_or(0).min(levels.len() - 1);
@@ -91,16 +90,18 @@ fn write_of(
     id: &ResourceId,
     node: &str,
     s: &ResolvedSnippet,
-) -> Result<Option<Action>, Finding> {
+) -> Result<Option<Action>, Box<Finding>> {
     let field = format!("spec.cloud-init-data.{}", s.kind.field());
-    let finding = |kind: FindingKind, message: String, observed_value: String| Finding {
-        resource: id.clone(),
-        node: node.to_owned(),
-        kind,
-        field: field.clone(),
-        desired: s.volid(),
-        observed: observed_value,
-        message,
+    let finding = |kind: FindingKind, message: String, observed_value: String| {
+        Box::new(Finding {
+            resource: id.clone(),
+            node: node.to_owned(),
+            kind,
+            field: field.clone(),
+            desired: s.volid(),
+            observed: observed_value,
+            message,
+        })
     };
     let Some(storage) = observed.storage(node, &s.storage) else {
         return Err(finding(
@@ -304,15 +305,22 @@ mod tests {
                 has_secrets: false,
             }],
         };
-        assert!(state
-            .manifest
-            .set_resolved_snippets(&ResourceId::new(Kind::Vm, "web"), resolved));
+        assert!(
+            state
+                .manifest
+                .set_resolved_snippets(&ResourceId::new(Kind::Vm, "web"), resolved)
+        );
         state
     }
 
     fn observed(content: &[&str], files: &[(&str, u64)]) -> ObservedState {
         let mut o = ObservedState::default();
-        o.add_storage("pve1", "local", false, content.iter().map(|c| (*c).to_owned()));
+        o.add_storage(
+            "pve1",
+            "local",
+            false,
+            content.iter().map(|c| (*c).to_owned()),
+        );
         let listed: BTreeSet<String> = files
             .iter()
             .map(|(f, _)| format!("local:snippets/{f}"))
@@ -332,7 +340,8 @@ mod tests {
             GuestType::Qemu,
             [("cicustom", cicustom), ("tags", "proxops"), ("name", "web")],
         );
-        let mut g = ObservedGuest::new(130, "pve1", GuestType::Qemu, "stopped").with_tags("proxops");
+        let mut g =
+            ObservedGuest::new(130, "pve1", GuestType::Qemu, "stopped").with_tags("proxops");
         g.config = Some(Ok(config));
         g.pending = Some(Ok(Default::default()));
         o.add_guest(g);
@@ -379,16 +388,23 @@ mod tests {
         assert_eq!(f.kind, FindingKind::SnippetsStorage);
         assert_eq!(f.field, "spec.cloud-init-data.user-data");
         assert!(
-            f.message.contains("`pvesm set local --content iso,vztmpl,snippets`"),
+            f.message
+                .contains("`pvesm set local --content iso,vztmpl,snippets`"),
             "{}",
             f.message
         );
-        assert!(p.blocked.contains(&(ResourceId::new(Kind::Vm, "web"), "pve1".to_owned())));
+        assert!(
+            p.blocked
+                .contains(&(ResourceId::new(Kind::Vm, "web"), "pve1".to_owned()))
+        );
     }
 
     #[test]
     fn a_changed_cicustom_regenerates_the_drive() {
-        let o = with_cicustom(observed(&["snippets"], &[(FILE, 1), (OLD, 1)]), &format!("user=local:snippets/{OLD}"));
+        let o = with_cicustom(
+            observed(&["snippets"], &[(FILE, 1), (OLD, 1)]),
+            &format!("user=local:snippets/{OLD}"),
+        );
         let p = run(&o, &policy(None));
         let update = p
             .actions()
@@ -397,7 +413,10 @@ mod tests {
                 _ => None,
             })
             .expect("an update");
-        assert_eq!(update.set["cicustom"], format!("user=local:snippets/{FILE}"));
+        assert_eq!(
+            update.set["cicustom"],
+            format!("user=local:snippets/{FILE}")
+        );
         assert!(update.regenerate_cloudinit);
     }
 
@@ -411,7 +430,10 @@ mod tests {
             ("hand-made.yaml", 10),
         ];
         // The old file is still named by the live cicustom: kept.
-        let o = with_cicustom(observed(&["snippets"], &files), &format!("user=local:snippets/{OLD}"));
+        let o = with_cicustom(
+            observed(&["snippets"], &files),
+            &format!("user=local:snippets/{OLD}"),
+        );
         let removed: Vec<String> = run(&o, &policy(Some(100)))
             .actions()
             .filter_map(|a| match &a.verb {
@@ -427,7 +449,10 @@ mod tests {
                 .any(|a| matches!(a.verb, Verb::RemoveSnippet(_)))
         );
         // Once nothing names it, the old file goes too.
-        let o = with_cicustom(observed(&["snippets"], &files), &format!("user=local:snippets/{FILE}"));
+        let o = with_cicustom(
+            observed(&["snippets"], &files),
+            &format!("user=local:snippets/{FILE}"),
+        );
         let removed: BTreeSet<String> = run(&o, &policy(Some(100)))
             .actions()
             .filter_map(|a| match &a.verb {
@@ -435,6 +460,9 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert!(removed.contains(OLD) && !removed.contains(FILE), "{removed:?}");
+        assert!(
+            removed.contains(OLD) && !removed.contains(FILE),
+            "{removed:?}"
+        );
     }
 }

@@ -29,11 +29,18 @@ async fn storage_config_reports_the_directory_and_content_of_a_mapped_storage() 
     assert_eq!(r.data()["path"], dir.to_string_lossy().as_ref());
     assert_eq!(r.data()["type"], "dir");
     assert!(
-        r.data()["content"].as_str().unwrap().split(',').any(|c| c == "snippets"),
+        r.data()["content"]
+            .as_str()
+            .unwrap()
+            .split(',')
+            .any(|c| c == "snippets"),
         "{:?}",
         r.data()
     );
-    assert!(r.data().get("shared").is_none(), "a dir storage is not shared");
+    assert!(
+        r.data().get("shared").is_none(),
+        "a dir storage is not shared"
+    );
     assert!(dir.join("snippets").is_dir());
     let lvm = s.get("/storage/local-lvm").await;
     assert!(lvm.data().get("path").is_none(), "{:?}", lvm.data());
@@ -50,7 +57,10 @@ async fn a_snippets_listing_shows_the_files_in_the_directory_but_not_dot_files()
     std::fs::write(dir.join("user.yaml"), b"#cloud-config\n").unwrap();
     std::fs::write(dir.join(".half-written"), b"x").unwrap();
     let r = s
-        .get_q("/nodes/pve1/storage/local/content", &[("content", "snippets")])
+        .get_q(
+            "/nodes/pve1/storage/local/content",
+            &[("content", "snippets")],
+        )
         .await;
     let list = r.data().as_array().unwrap();
     assert_eq!(list.len(), 1, "{list:?}");
@@ -76,10 +86,20 @@ async fn regenerating_the_drive_fails_while_a_cicustom_snippet_is_missing_and_wo
     let r = s.put("/nodes/pve1/qemu/100/cloudinit", &[]).await;
     assert_eq!(r.status, 500);
     assert_eq!(r.message(), "can't find file 'local:snippets/u.yaml'\n");
-    let start = s.post("/nodes/pve1/qemu/100/status/start", &[]).await.upid();
+    let start = s
+        .post("/nodes/pve1/qemu/100/status/start", &[])
+        .await
+        .upid();
     let task = s.wait(&start).await;
-    assert_eq!(task["exitstatus"], "can't find file 'local:snippets/u.yaml'");
-    std::fs::write(root.path().join("local/snippets/u.yaml"), b"#cloud-config\n").unwrap();
+    assert_eq!(
+        task["exitstatus"],
+        "can't find file 'local:snippets/u.yaml'"
+    );
+    std::fs::write(
+        root.path().join("local/snippets/u.yaml"),
+        b"#cloud-config\n",
+    )
+    .unwrap();
     let r = s.put("/nodes/pve1/qemu/100/cloudinit", &[]).await;
     assert_eq!(r.status, 200, "{:?}", r.data());
 }
@@ -98,5 +118,8 @@ async fn a_cicustom_volume_outside_snippets_is_refused_as_qemu_server_does() {
     .await;
     let r = s.put("/nodes/pve1/qemu/100/cloudinit", &[]).await;
     assert_eq!(r.status, 500);
-    assert_eq!(r.message(), "local:iso/u.yaml is not in the snippets directory\n");
+    assert_eq!(
+        r.message(),
+        "local:iso/u.yaml is not in the snippets directory\n"
+    );
 }
