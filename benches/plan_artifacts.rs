@@ -92,6 +92,7 @@ async fn run() {
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(1),
             local_node: None,
+            scope: proxops_core::scope::Scope::default(),
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

@@ -13,6 +13,8 @@ pub use proxops_pve::Trust;
 use secrecy::SecretString;
 use serde::Deserialize;
 
+mod scope;
+
 /// Default `[pve] url`: the local node's API.
 pub const DEFAULT_PVE_URL: &str = "https://127.0.0.1:8006";
 /// Default `[pve] ca_file`: the cluster CA present on every PVE node.
@@ -64,6 +66,8 @@ pub struct AgentConfig {
     pub secrets: SecretsConfig,
     /// `[snippets]`: the default storage of cloud-init snippets and their grace period.
     pub snippets: crate::snippets::SnippetsConfig,
+    /// `[scope]`: what the repository may declare, adopt and create.
+    pub scope: proxops_core::scope::Scope,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -249,6 +253,7 @@ struct RawConfig {
     policy: Option<RawPolicy>,
     secrets: Option<RawSecrets>,
     snippets: Option<crate::snippets::config::RawSnippets>,
+    scope: Option<scope::RawScope>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -639,6 +644,12 @@ impl AgentConfig {
             task_timeout,
         };
 
+        let scope = raw
+            .scope
+            .unwrap_or_default()
+            .validate()
+            .map_err(|bad| invalid(bad.key, bad.message))?;
+
         Ok(AgentConfig {
             node,
             cluster: raw.cluster,
@@ -653,8 +664,30 @@ impl AgentConfig {
             policy,
             secrets,
             snippets,
+            scope,
         })
     }
+}
+
+/// The `[scope]` of the agent config at `path`, reading nothing else of it (no secret file):
+/// what `proxops validate --config` checks a repository against.
+///
+/// # Errors
+/// The file cannot be read, is not TOML of the config's shape, or `[scope]` is invalid.
+pub fn scope_of(path: &Path) -> Result<proxops_core::scope::Scope, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let raw: RawConfig = toml::from_str(&text).map_err(|e| syntax_error(path, &text, &e))?;
+    raw.scope
+        .unwrap_or_default()
+        .validate()
+        .map_err(|bad| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: bad.key.to_owned(),
+            message: bad.message,
+        })
 }
 
 /// Whether `[source] url` is fetched over ssh: `ssh://` (and git's `git+ssh://`, `ssh+git://`)

@@ -70,6 +70,7 @@ impl Context {
                     NodeScope::Node(node) => Some(node.clone()),
                     NodeScope::All => None,
                 },
+                scope: config.scope.clone(),
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,
@@ -292,7 +293,9 @@ pub async fn observe_and_plan_with(
         restart_on_change: options.restart_on_change,
         snippets_removable_before: removable_before(ctx.snippets.grace),
     };
-    plan::plan(desired, &observed, &inventory, &policy)
+    let plan = plan::plan(desired, &observed, &inventory, &policy);
+    // `[scope]`: no prune outside it, at most `max_creates` creates this pass.
+    proxops_core::scope::restrict(&ctx.execute.scope, desired, plan)
 }
 
 /// The `ctime` before which an unreferenced snippet has been left longer than `grace`.
@@ -373,6 +376,11 @@ pub async fn reconcile_once(
     cancel: &CancellationToken,
 ) -> Result<Pass, ReconcileError> {
     let mut desired = desired_state(files, cluster)?;
+    // `[scope]`: a revision outside the operator's scope is invalid, before PVE is read.
+    let outside = crate::scope::check_revision(&ctx.execute.scope, &desired, files).await;
+    if outside.iter().any(Diagnostic::is_error) {
+        return Err(ReconcileError::Invalid(outside));
+    }
     if let Err(error) = resolve_secrets(&mut desired, files, &ctx.secrets) {
         let ReconcileError::Secrets(resolve) = &error else {
             return Err(error);

@@ -316,6 +316,12 @@ pub enum FindingKind {
     /// A VM's snippets cannot be written to the storage named (no `snippets` content, or not
     /// on the node): the guest is not planned until the storage is fixed.
     SnippetsStorage,
+    /// An action the operator's `[scope]` does not allow (a prune of an owned guest outside
+    /// `nodes` or `vmids`): never done.
+    OutOfScope,
+    /// A create or clone beyond `[scope] max_creates` this pass (or an action waiting for
+    /// one): a later pass does it.
+    Deferred,
 }
 
 impl FindingKind {
@@ -334,6 +340,8 @@ impl FindingKind {
             FindingKind::Orphaned => "orphaned",
             FindingKind::NotSent => "not-sent",
             FindingKind::SnippetsStorage => "snippets-storage",
+            FindingKind::OutOfScope => "out-of-scope",
+            FindingKind::Deferred => "deferred",
         }
     }
 }
