@@ -98,6 +98,7 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
             concurrency_per_node,
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(10),
+            local_node: None,
             // Every guest in one pass: the bench measures the executor, not the create cap.
             scope: proxops_core::scope::Scope {
                 max_creates: u32::MAX,
@@ -106,6 +107,7 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
+        snippets: proxops::snippets::SnippetsConfig::default(),
     }
 }
 

@@ -66,6 +66,8 @@ pub struct AgentConfig {
     pub secrets: SecretsConfig,
     /// `[[notify]]`: where pass results are announced (`crate::notify`).
     pub notify: Vec<crate::notify::config::NotifyTarget>,
+    /// `[snippets]`: the default storage of cloud-init snippets and their grace period.
+    pub snippets: crate::snippets::SnippetsConfig,
     /// `[scope]`: what the repository may declare, adopt and create.
     pub scope: proxops_core::scope::Scope,
 }
@@ -258,6 +260,7 @@ struct RawConfig {
     secrets: Option<RawSecrets>,
     #[serde(default)]
     notify: Vec<toml::Table>,
+    snippets: Option<crate::snippets::config::RawSnippets>,
     scope: Option<scope::RawScope>,
 }
 
@@ -630,6 +633,12 @@ impl AgentConfig {
             file: raw_secrets.file.map(|f| base.join(f)),
         };
 
+        let snippets = raw
+            .snippets
+            .unwrap_or_default()
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
+
         let p = raw.policy.unwrap_or_default();
         let task_timeout_text = p
             .task_timeout
@@ -691,6 +700,7 @@ impl AgentConfig {
             policy,
             secrets,
             notify,
+            snippets,
             scope,
         })
     }

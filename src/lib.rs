@@ -44,6 +44,7 @@ pub mod reconcile;
 pub mod scope;
 pub mod secrets;
 pub mod serve;
+pub mod snippets;
 pub mod source;
 pub mod telemetry;
 pub mod timefmt;

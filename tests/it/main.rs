@@ -30,6 +30,7 @@ mod repository_budget;
 mod scope;
 mod secrets_never_leak;
 mod sim;
+mod snippets;
 mod sops;
 mod stats_lag;
 mod support;

@@ -149,6 +149,7 @@ async fn a_manifest_cannot_write_a_guest_on_a_node_outside_the_scope() {
         concurrency_per_node: 1,
         wait: WaitOptions::default(),
         lock_retry_for: Duration::from_secs(1),
+        local_node: None,
         scope: Scope {
             nodes: Some(vec!["pve1".to_owned()]),
             ..Scope::default()

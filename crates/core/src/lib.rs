@@ -29,6 +29,7 @@ pub mod resource;
 pub mod schema;
 pub mod scope;
 pub mod secret;
+pub mod snippet;
 
 pub use desired::Manifest;
 pub use graph::DependencyGraph;

@@ -272,6 +272,15 @@ impl Scope {
                     .and_then(|host| self.host_problem(host, None))
                     .map(|(message, _)| format!("refused: {message}"));
             }
+            // Cloud-init snippet files (issue 21): their storage must be in scope too.
+            Verb::WriteSnippet(s) | Verb::RemoveSnippet(s) => {
+                return (!listed(self.storages.as_ref(), &s.storage)).then(|| {
+                    format!(
+                        "refused: storage {} is outside [scope] storages in the agent config",
+                        s.storage
+                    )
+                });
+            }
             Verb::Create(c) => c.vmid,
             Verb::Clone(c) => c.vmid,
             Verb::Update(u) => u.vmid,

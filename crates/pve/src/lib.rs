@@ -39,7 +39,7 @@ pub use error::{PveError, TransportKind};
 pub use request::{Method, Request};
 pub use secrecy::SecretString;
 pub use storage::{
-    Checksum, ChecksumAlgorithm, ContentItem, ContentType, DownloadUrl, StorageInfo,
+    Checksum, ChecksumAlgorithm, ContentItem, ContentType, DownloadUrl, StorageConfig, StorageInfo,
 };
 pub use task::{TaskError, TaskLogLine, TaskState, TaskStatus, WaitOptions, wait_for_task};
 pub use trust::{Fingerprint, Trust};
