@@ -79,7 +79,7 @@ async fn snippets_dir(pve: &PveClient, storage: &str) -> Result<PathBuf, Outcome
             format!(
                 "storage {storage} has no `snippets` content, so PVE would not read the snippet: \
                  run `pvesm set {storage} --content {}`, or set \
-                 `spec.cloud-init-data.snippets-storage` to a storage with `snippets` content",
+                 `spec.cloud-init.snippets-storage` to a storage with `snippets` content",
                 content.join(",")
             ),
         ));

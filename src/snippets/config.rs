@@ -13,7 +13,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 /// The validated `[snippets]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnippetsConfig {
-    /// `storage`: the default `spec.cloud-init-data.snippets-storage`.
+    /// `storage`: the default `spec.cloud-init.snippets-storage`.
     pub storage: String,
     /// `grace`: how long a file no guest's `cicustom` names is kept (counted from its
     /// `ctime`, which the agent refreshes while a guest still names it).

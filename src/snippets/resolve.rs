@@ -24,7 +24,7 @@ use super::file::sha256_hex;
 pub struct UnresolvedRef {
     /// The manifest file.
     pub path: String,
-    /// `spec.cloud-init-data.user-data` (or the `file:` it names).
+    /// `spec.cloud-init.user-data` (or the `file:` it names).
     pub field: String,
     /// The reference as written.
     pub reference: String,
@@ -61,7 +61,7 @@ pub fn references(
 }
 
 fn field(kind: SnippetKind) -> String {
-    format!("spec.cloud-init-data.{}", kind.field())
+    format!("spec.cloud-init.{}", kind.field())
 }
 
 fn text_of<'a>(source: &'a SnippetSource, files: &'a BTreeMap<String, String>) -> Option<&'a str> {

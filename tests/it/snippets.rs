@@ -29,7 +29,7 @@ spec:
     - {{storage: local-lvm, size: 4GiB}}
   hardware:
     cloud-init: {{enabled: true, storage: local-lvm}}
-  cloud-init-data:
+  cloud-init:
     user-data: |
 {}
 {extra}",
@@ -264,7 +264,7 @@ async fn cicustom_in_extra_next_to_user_data_is_a_located_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains(
-            "vm/web.yaml:17:5: error: spec.extra.cicustom: `cicustom` is set in `extra` next to `spec.cloud-init-data` snippets"
+            "vm/web.yaml:17:5: error: spec.extra.cicustom: `cicustom` is set in `extra` next to `spec.cloud-init` snippets"
         ),
         "{}",
         stderr(&out)
@@ -289,7 +289,7 @@ async fn a_snippet_file_missing_from_the_repository_is_a_located_error_before_an
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).contains(
-            "vm/web.yaml:14:23: error: spec.cloud-init-data.user-data.file: `snippets/web-user.yaml` is not in the revision"
+            "vm/web.yaml:14:23: error: spec.cloud-init.user-data.file: `snippets/web-user.yaml` is not in the revision"
         ),
         "{}",
         stderr(&out)

@@ -730,7 +730,7 @@ fn render_snippets(ci: &CloudInitData, out: &mut RenderedConfig) {
         None => {
             out.kept.insert("cicustom".to_owned());
             out.unsent(
-                "spec.cloud-init-data.user-data",
+                "spec.cloud-init.user-data",
                 "not resolved: only a pass that writes the snippets sets `cicustom`",
             );
         }

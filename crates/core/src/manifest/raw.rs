@@ -170,6 +170,8 @@ pub(crate) struct RawVmSpec {
     pub(crate) options: Option<RawVmOptions>,
     /// Cloud-init user, keys, DNS and IP configuration.
     pub(crate) cloud_init_data: Option<RawCloudInitData>,
+    /// Cloud-init user-, vendor- and network-data written as snippets on the node.
+    pub(crate) cloud_init: Option<RawCloudInitSnippets>,
     /// The PVE guest name (default `metadata.name`).
     pub(crate) pve_name: Option<String>,
     /// The PVE description.
@@ -380,6 +382,14 @@ pub(crate) struct RawCloudInitData {
     pub(crate) search_domains: Option<Vec<String>>,
     /// `ipconfigN`.
     pub(crate) ipconfigs: Option<Vec<RawIpConfig>>,
+}
+
+/// `spec.cloud-init`: the cloud-init files ProxOps writes as snippets on the node (DESIGN.md
+/// §"Later issues": `spec.cloud-init.user-data`, `vendor-data`, `network-data`). Apart from
+/// `spec.cloud-init-data` (PVE's own `ci*` keys) and `spec.hardware.cloud-init` (the drive).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawCloudInitSnippets {
     /// cloud-init user data, written as a snippet on the node (`cicustom` `user=`).
     pub(crate) user_data: Option<RawSnippet>,
     /// cloud-init vendor data, written as a snippet on the node (`cicustom` `vendor=`).

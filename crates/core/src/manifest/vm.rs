@@ -355,11 +355,12 @@ pub struct CloudInitData {
     /// cluster's SOPS document before planning (never from YAML); `None` until then.
     #[serde(skip)]
     pub resolved: Option<crate::secret::ResolvedCloudInit>,
-    /// `user-data`, `vendor-data`, `network-data`: snippets ProxOps writes on the node.
+    /// `spec.cloud-init`'s `user-data`, `vendor-data`, `network-data`: snippets ProxOps
+    /// writes on the node (kept here, beside the other cloud-init settings it joins).
     pub snippets: Snippets,
 }
 
-/// A VM's cloud-init snippets (`spec.cloud-init-data.{user,vendor,network}-data`).
+/// A VM's cloud-init snippets (`spec.cloud-init.{user,vendor,network}-data`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Snippets {
     /// `snippets-storage`; `None`: `[snippets] storage` of agent.toml.
@@ -505,6 +506,14 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
     let hardware = check_hardware(ck, hardware_raw, cdrom_slot, &mut references);
     let options = check_options(ck, raw.options.as_ref());
     let mut cloud_init_data = check_cloud_init_data(ck, raw.cloud_init_data.as_ref());
+    match (
+        check_snippets(ck, raw.cloud_init.as_ref()),
+        cloud_init_data.as_mut(),
+    ) {
+        (Some(snippets), Some(c)) => c.snippets = snippets,
+        (None, _) => cloud_init_data = None,
+        (Some(_), None) => {}
+    }
 
     let pve_name = match &raw.pve_name {
         Some(n) if is_dns_name(n) => Some(n.clone()),
@@ -536,7 +545,7 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
     {
         ck.error_at_key(
             "spec.extra.cicustom",
-            "`cicustom` is set in `extra` next to `spec.cloud-init-data` snippets",
+            "`cicustom` is set in `extra` next to `spec.cloud-init` snippets",
             "ProxOps sets `cicustom` from `user-data`, `vendor-data` and `network-data`: remove \
              `cicustom` from `extra`, or remove the snippets and keep your own `cicustom`",
         );
@@ -1098,8 +1107,6 @@ fn check_cloud_init_data(
         );
         ok = false;
     }
-    let snippets = check_snippets(ck, c);
-    ok &= snippets.is_some();
     let mut ipconfigs: Vec<IpConfig> = Vec::new();
     for (i, ipc) in c.ipconfigs.iter().flatten().enumerate() {
         let at = format!("spec.cloud-init-data.ipconfigs[{i}]");
@@ -1180,7 +1187,7 @@ fn check_cloud_init_data(
         search_domains: c.search_domains.clone().unwrap_or_default(),
         ipconfigs,
         resolved: None,
-        snippets: snippets.clone().unwrap_or_default(),
+        snippets: Snippets::default(),
     })
 }
 
@@ -1188,14 +1195,20 @@ fn check_cloud_init_data(
 pub const SNIPPET_SECRET_PREFIXES: [&str; 3] =
     ["secrets.", "cloud-init.passwords.", "cloud-init.ssh-keys."];
 
-/// `user-data`, `vendor-data`, `network-data` and `snippets-storage`.
-fn check_snippets(ck: &mut Checker<'_>, c: &RawCloudInitData) -> Option<Snippets> {
+/// `spec.cloud-init`: `user-data`, `vendor-data`, `network-data` and `snippets-storage`.
+fn check_snippets(
+    ck: &mut Checker<'_>,
+    raw: Option<&super::raw::RawCloudInitSnippets>,
+) -> Option<Snippets> {
     use super::raw::RawSnippet;
+    let Some(c) = raw else {
+        return Some(Snippets::default());
+    };
     let mut ok = true;
     let storage = match &c.snippets_storage {
         None => None,
         Some(s) => {
-            let id = check_storage(ck, "spec.cloud-init-data.snippets-storage", Some(s));
+            let id = check_storage(ck, "spec.cloud-init.snippets-storage", Some(s));
             ok &= id.is_some();
             id
         }
@@ -1207,7 +1220,7 @@ fn check_snippets(ck: &mut Checker<'_>, c: &RawCloudInitData) -> Option<Snippets
         (SnippetKind::Network, &c.network_data),
     ] {
         let Some(raw) = raw else { continue };
-        let field = format!("spec.cloud-init-data.{}", kind.field());
+        let field = format!("spec.cloud-init.{}", kind.field());
         let source = match raw {
             RawSnippet::Inline(text) => {
                 if text.len() > crate::snippet::MAX_BYTES {
@@ -1795,7 +1808,7 @@ mod tests {
     #[test]
     fn snippets_are_inline_or_a_yaml_file_under_snippets_and_name_only_sops_references() {
         let v = valid(&vm(&format!(
-            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    user-data: \"#cloud-config\\npassword: ${{secret:secrets.db}}\\n\"\n    network-data: {{file: snippets/net.yaml}}\n    snippets-storage: nfs-ci\n"
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init:\n    user-data: \"#cloud-config\\npassword: ${{secret:secrets.db}}\\n\"\n    network-data: {{file: snippets/net.yaml}}\n    snippets-storage: nfs-ci\n"
         )));
         let Some(Spec::Vm(spec)) = &v.spec else {
             panic!("a VM")
@@ -1812,10 +1825,10 @@ mod tests {
         );
 
         let e = errors(&vm(&format!(
-            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    user-data: {{file: ../etc/shadow}}\n    vendor-data: \"${{secret:admin}}\"\n"
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init:\n    user-data: {{file: ../etc/shadow}}\n    vendor-data: \"${{secret:admin}}\"\n"
         )));
         assert_eq!(e.len(), 2, "{e:#?}");
-        assert!(e[0].contains("spec.cloud-init-data.user-data.file: `../etc/shadow` is not a snippet file of the repository"), "{e:#?}");
-        assert!(e[1].contains("spec.cloud-init-data.vendor-data: `${secret:admin}` is not a reference to the SOPS document"), "{e:#?}");
+        assert!(e[0].contains("spec.cloud-init.user-data.file: `../etc/shadow` is not a snippet file of the repository"), "{e:#?}");
+        assert!(e[1].contains("spec.cloud-init.vendor-data: `${secret:admin}` is not a reference to the SOPS document"), "{e:#?}");
     }
 }

@@ -91,7 +91,7 @@ fn write_of(
     node: &str,
     s: &ResolvedSnippet,
 ) -> Result<Option<Action>, Box<Finding>> {
-    let field = format!("spec.cloud-init-data.{}", s.kind.field());
+    let field = format!("spec.cloud-init.{}", s.kind.field());
     let finding = |kind: FindingKind, message: String, observed_value: String| {
         Box::new(Finding {
             resource: id.clone(),
@@ -108,7 +108,7 @@ fn write_of(
             FindingKind::SnippetsStorage,
             format!(
                 "storage {} is not available on node {node}, so the snippet cannot be written; \
-                 set `spec.cloud-init-data.snippets-storage` (or `[snippets] storage` in \
+                 set `spec.cloud-init.snippets-storage` (or `[snippets] storage` in \
                  agent.toml) to a storage of {node} with `snippets` content; the VM is not \
                  changed until then",
                 s.storage
@@ -129,7 +129,7 @@ fn write_of(
             format!(
                 "storage {} has no `snippets` content (it has: {has}), so PVE would not read \
                  the snippet; allow it with `pvesm set {} --content {}`, or choose another \
-                 storage with `spec.cloud-init-data.snippets-storage`; the VM is not changed \
+                 storage with `spec.cloud-init.snippets-storage`; the VM is not changed \
                  until then",
                 s.storage,
                 s.storage,
@@ -292,7 +292,7 @@ mod tests {
 
     /// VM `web` with user-data, resolved to [`FILE`] on `local`.
     fn desired() -> DesiredState {
-        let doc = "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata: {name: web}\nspec:\n  node: pve1\n  vmid: 130\n  memory: 1GiB\n  cpu: {type: host, cores: 1}\n  disks:\n    - {storage: local-lvm, size: 4GiB}\n  cloud-init-data:\n    user-data: \"#cloud-config\\n\"\n";
+        let doc = "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata: {name: web}\nspec:\n  node: pve1\n  vmid: 130\n  memory: 1GiB\n  cpu: {type: host, cores: 1}\n  disks:\n    - {storage: local-lvm, size: 4GiB}\n  cloud-init:\n    user-data: \"#cloud-config\\n\"\n";
         let files = BTreeMap::from([("vm.yaml".to_owned(), doc.to_owned())]);
         let mut state = load(&files).states.into_iter().next().expect("valid");
         let resolved = ResolvedSnippets {
@@ -386,7 +386,7 @@ mod tests {
         assert_eq!(p.findings.len(), 1, "{:?}", p.findings);
         let f = &p.findings[0];
         assert_eq!(f.kind, FindingKind::SnippetsStorage);
-        assert_eq!(f.field, "spec.cloud-init-data.user-data");
+        assert_eq!(f.field, "spec.cloud-init.user-data");
         assert!(
             f.message
                 .contains("`pvesm set local --content iso,vztmpl,snippets`"),
