@@ -251,6 +251,15 @@ async fn observe_node(
             // Not configured on this node: leave it unobserved; the planner says so.
             continue;
         };
+        // PVE lists every storage of storage.cfg on every node, those disabled or not
+        // available on this node with `enabled 0` (pve-storage @ 0c56bad8 `src/PVE/Storage.pm`
+        // `storage_info`: `storage_check_enabled($cfg, $storeid, undef, 1)`); listing its
+        // content would fail (`storage 'x' is not available on node 'n'`). Not usable here
+        // is the same as not configured here: unobserved, and the planner says so.
+        if info.enabled == Some(false) {
+            tracing::debug!(%node, %storage, "storage listed with enabled 0: not usable on this node");
+            continue;
+        }
         let content_list: Vec<String> = info
             .content
             .split(',')
