@@ -11,6 +11,7 @@ mod artifacts;
 mod check;
 mod cli_validate;
 mod demo;
+mod fidelity;
 mod flood;
 mod git_server;
 mod guard_rails;
