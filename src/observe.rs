@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use proxops_core::guest::{GuestType, LiveConfig};
 use proxops_core::manifest::{ADOPT, Placement, PowerState, Spec, content_type};
-use proxops_core::resource::Kind;
 use proxops_core::observed::{Listing, ObservedGuest, ObservedState};
 use proxops_core::plan::NodeScope;
 use proxops_core::repository::DesiredState;
+use proxops_core::resource::Kind;
 use proxops_pve::{ContentType, PveClient, ResourceType, request};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -103,9 +103,7 @@ async fn hidden_vmids(
             continue;
         }
         let (pve, vmid) = (pve.clone(), *vmid);
-        probes.spawn(async move {
-            (vmid, pve.execute(&request::cluster_nextid(vmid)).await)
-        });
+        probes.spawn(async move { (vmid, pve.execute(&request::cluster_nextid(vmid)).await) });
     }
     let mut hidden = BTreeSet::new();
     while let Some(joined) = probes.join_next().await {

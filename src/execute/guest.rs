@@ -555,9 +555,7 @@ impl GuestRun<'_> {
             GuestType::Lxc => "vztemplate",
         };
         let started = epoch_now();
-        let answer = self
-            .send(&req, &Self::task_of(task_type, g.vmid))
-            .await?;
+        let answer = self.send(&req, &Self::task_of(task_type, g.vmid)).await?;
         if answer.is_null() && g.guest_type == GuestType::Lxc {
             match self
                 .our_task(task_type, &g.vmid.to_string(), Some(g.vmid), started)

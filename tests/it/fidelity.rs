@@ -139,7 +139,12 @@ async fn a_shutdown_followed_at_once_by_a_second_pass_plans_no_second_shutdown()
         .filter(|r| r.path.ends_with("/status/current"))
         .map(|r| r.path)
         .collect();
-    assert!(reads.iter().all(|p| p == "/nodes/pve1/qemu/151/status/current"), "{reads:?}");
+    assert!(
+        reads
+            .iter()
+            .all(|p| p == "/nodes/pve1/qemu/151/status/current"),
+        "{reads:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -191,7 +196,10 @@ spec:
         stdout(&first)
     );
     // The apply ended after the worker: the CT is a template already.
-    assert_eq!(text(&api.config("pve1", "lxc", 8000).await, "template"), "1");
+    assert_eq!(
+        text(&api.config("pve1", "lxc", 8000).await, "template"),
+        "1"
+    );
     let second = world.proxops(&["apply", "--yes"]).await;
     assert_ok(&second);
     let promotes = world
@@ -264,5 +272,124 @@ async fn a_create_for_a_vmid_the_token_cannot_see_is_a_finding_and_never_sent() 
         .filter(|r| r.endpoint == "/nodes/{node}/qemu")
         .count();
     assert_eq!(creates, 0, "no create is sent for a vmid PVE would refuse");
+    assert_all_requests_valid(&world);
+}
+
+/// The built-in `realistic-3node` seed (a 3-node PVE 9 cluster with a shared NFS `nas`),
+/// its task durations at a quarter of its demo pace (downloads still outlast creates and
+/// clones, starts are short), and pvestatd's default 10 s lag.
+async fn realistic_world(files: &[(&str, &[u8])]) -> World {
+    let seed = Seed::builtin(proxops_pve_sim::REALISTIC_3NODE)
+        .unwrap()
+        .with_task_time_scale(0.25);
+    World::start_config(
+        files,
+        SimConfig {
+            seed,
+            task_duration: Duration::from_millis(50),
+            ..SimConfig::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_realistic_3_node_cluster_an_iso_on_the_shared_nas_is_downloaded_once_for_all_nodes() {
+    let world = realistic_world(&[("netinst.iso", b"an installer image")]).await;
+    world.write_agent_toml(&world.agent_toml().node("*"));
+    let url = format!("{}/netinst.iso", world.files_url);
+    world.write(
+        "iso/netinst.yaml",
+        Some(
+            &artifact(
+                "ISO",
+                "netinst",
+                &["pve1", "pve2", "pve3"],
+                "netinst.iso",
+                &url,
+                None,
+            )
+            .replace("storage: local", "storage: nas"),
+        ),
+    );
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    let downloads = world
+        .writes()
+        .into_iter()
+        .filter(|r| r.endpoint.ends_with("/download-url"))
+        .count();
+    assert_eq!(downloads, 1, "{}", stdout(&apply));
+    for node in ["pve1", "pve2", "pve3"] {
+        assert_eq!(
+            world.listing(node, "nas", "iso").await,
+            ["nas:iso/netinst.iso"]
+        );
+    }
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    assert!(stdout(&plan).contains("no changes"), "{}", stdout(&plan));
+    assert_all_requests_valid(&world);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_realistic_3_node_cluster_a_container_from_the_nas_and_a_vm_converge_in_one_pass() {
+    let world = realistic_world(&[("ct.tar.zst", TARBALL)]).await;
+    world.write_agent_toml(&world.agent_toml().node("*"));
+    let api = Api::new(&world);
+    world.write(
+        "ctt/debian-12.yaml",
+        Some(
+            &artifact(
+                "CTTemplate",
+                "debian-12",
+                &["pve2"],
+                CT_TEMPLATE,
+                &format!("{}/ct.tar.zst", world.files_url),
+                None,
+            )
+            .replace("storage: local", "storage: nas"),
+        ),
+    );
+    world.write(
+        "lxc/cache.yaml",
+        Some(
+            "apiVersion: proxops/v1alpha1
+kind: LXC
+metadata: {name: cache}
+spec:
+  node: pve2
+  vmid: 210
+  template: debian-12
+  state: started
+  memory: 1GiB
+  cpu: {cores: 2}
+  root: {storage: local-lvm, size: 8GiB}
+  networks:
+    - {bridge: vmbr0, ip: 192.0.2.54/24, gw: 192.0.2.1}
+",
+        ),
+    );
+    world.write(
+        "vm/web.yaml",
+        Some(&vm(310, "started").replace("node: pve1", "node: pve3")),
+    );
+    let apply = world.proxops(&["apply", "--yes"]).await;
+    assert_ok(&apply);
+    for path in ["/nodes/pve2/lxc/210", "/nodes/pve3/qemu/310"] {
+        let status = api.get(&format!("{path}/status/current")).await;
+        assert_eq!(status["status"], "running", "{path}: {status}");
+    }
+    // Right after the pass pvestatd has not published the new guests yet (`unknown`):
+    // the plan reads their power state from status/current and finds nothing to do.
+    let plan = world.proxops(&["plan"]).await;
+    assert_ok(&plan);
+    assert!(stdout(&plan).contains("no changes"), "{}", stdout(&plan));
+    let starts = world
+        .writes()
+        .iter()
+        .filter(|r| r.path.ends_with("/status/start"))
+        .count();
+    assert_eq!(starts, 2);
     assert_all_requests_valid(&world);
 }

@@ -1515,7 +1515,10 @@ mod tests {
         assert!(verbs(&plan).is_empty(), "{:?}", verbs(&plan));
         assert_eq!(kinds(&plan), [FindingKind::ObserveFailed]);
         let message = &plan.findings[0].message;
-        assert!(message.contains("vmid 101 exists in the cluster but is not visible"), "{message}");
+        assert!(
+            message.contains("vmid 101 exists in the cluster but is not visible"),
+            "{message}"
+        );
         assert!(message.contains("VM.Audit on /vms/101"), "{message}");
     }
 

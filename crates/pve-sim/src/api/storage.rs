@@ -67,7 +67,11 @@ pub(super) fn index(ctx: &Ctx) -> ApiResult {
         })
     };
     if let Some(only) = only
-        && !cluster.storages.iter().filter(reported).any(|s| s.id == only)
+        && !cluster
+            .storages
+            .iter()
+            .filter(reported)
+            .any(|s| s.id == only)
     {
         return Err(ApiError::param("storage", "No such storage."));
     }

@@ -255,8 +255,14 @@ async fn a_wrong_checksum_of_an_existing_file_fails_with_aborting_after_the_exis
         task_log(&s, &upid).await
     };
     assert_eq!(log[1], "calculating checksum of existing file...");
-    assert!(log[2].starts_with("TASK ERROR: checksum mismatch: got '"), "{log:?}");
-    assert!(log[2].ends_with(&format!("' != expect '{wrong}', aborting")), "{log:?}");
+    assert!(
+        log[2].starts_with("TASK ERROR: checksum mismatch: got '"),
+        "{log:?}"
+    );
+    assert!(
+        log[2].ends_with(&format!("' != expect '{wrong}', aborting")),
+        "{log:?}"
+    );
 }
 
 #[tokio::test]
@@ -283,7 +289,11 @@ async fn two_overlapping_downloads_of_one_new_file_on_a_shared_storage_both_succ
     .await;
     let base = file_server(vec![("/a.iso", vec![3u8; 64])]).await;
     let url = format!("{base}/a.iso");
-    let form = [("url", url.as_str()), ("filename", "a.iso"), ("content", "iso")];
+    let form = [
+        ("url", url.as_str()),
+        ("filename", "a.iso"),
+        ("content", "iso"),
+    ];
     let first = s
         .post("/nodes/pve1/storage/nfs/download-url", &form)
         .await
@@ -292,15 +302,27 @@ async fn two_overlapping_downloads_of_one_new_file_on_a_shared_storage_both_succ
         .post("/nodes/pve2/storage/nfs/download-url", &form)
         .await
         .upid();
-    let running = s.get(&format!("/nodes/pve1/tasks/{}/status", crate::encode(&first))).await;
-    assert_eq!(running.data()["status"], "running", "the first download is still running");
+    let running = s
+        .get(&format!(
+            "/nodes/pve1/tasks/{}/status",
+            crate::encode(&first)
+        ))
+        .await;
+    assert_eq!(
+        running.data()["status"],
+        "running",
+        "the first download is still running"
+    );
     let first_status = s.wait(&first).await;
     assert_eq!(first_status["exitstatus"], "OK", "{first_status}");
     let second_status = {
         let mut waited = None;
         for _ in 0..1000 {
             let r = s
-                .get(&format!("/nodes/pve2/tasks/{}/status", crate::encode(&second)))
+                .get(&format!(
+                    "/nodes/pve2/tasks/{}/status",
+                    crate::encode(&second)
+                ))
                 .await;
             if r.data()["status"] == "stopped" {
                 waited = Some(r.data().clone());
@@ -319,7 +341,10 @@ async fn two_overlapping_downloads_of_one_new_file_on_a_shared_storage_both_succ
     let mut exit = serde_json::Value::Null;
     for _ in 0..1000 {
         let r = s
-            .get(&format!("/nodes/pve3/tasks/{}/status", crate::encode(&third)))
+            .get(&format!(
+                "/nodes/pve3/tasks/{}/status",
+                crate::encode(&third)
+            ))
             .await;
         if r.data()["status"] == "stopped" {
             exit = r.data()["exitstatus"].clone();
@@ -350,7 +375,10 @@ async fn compression_is_checked_in_the_task_not_by_the_schema() {
         )
         .await;
     let status = s.wait(&r.upid()).await;
-    assert_eq!(status["exitstatus"], "decompression not supported for vztmpl");
+    assert_eq!(
+        status["exitstatus"],
+        "decompression not supported for vztmpl"
+    );
     let r = s
         .post(
             "/nodes/pve1/storage/local/download-url",

@@ -108,23 +108,39 @@ async fn the_storage_list_shows_every_configured_storage_with_enabled_and_active
     let r = s.get("/nodes/pve1/storage").await;
     let list = r.data();
     let local = entry(list, "local").unwrap();
-    assert_eq!((local["enabled"].as_u64(), local["active"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (local["enabled"].as_u64(), local["active"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert!(local["total"].as_u64().unwrap() > 0);
     // Not available on pve1: listed, enabled 0, active 0, zero sizes.
     let nfs = entry(list, "nfs-iso").expect("a node-restricted storage is listed");
-    assert_eq!((nfs["enabled"].as_u64(), nfs["active"].as_u64()), (Some(0), Some(0)));
     assert_eq!(
-        (nfs["total"].as_u64(), nfs["used"].as_u64(), nfs["avail"].as_u64()),
+        (nfs["enabled"].as_u64(), nfs["active"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        (
+            nfs["total"].as_u64(),
+            nfs["used"].as_u64(),
+            nfs["avail"].as_u64()
+        ),
         (Some(0), Some(0), Some(0))
     );
     assert!(nfs.get("used_fraction").is_none(), "{nfs}");
     // Disabled: listed with zero sizes as well.
     let old = entry(list, "old-lvm").expect("a disabled storage is listed");
-    assert_eq!((old["enabled"].as_u64(), old["total"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        (old["enabled"].as_u64(), old["total"].as_u64()),
+        (Some(0), Some(0))
+    );
     // On pve2 the NFS storage is usable.
     let r = s.get("/nodes/pve2/storage").await;
     let nfs = entry(r.data(), "nfs-iso").unwrap();
-    assert_eq!((nfs["enabled"].as_u64(), nfs["active"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (nfs["enabled"].as_u64(), nfs["active"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(nfs["total"].as_u64(), Some(1 << 40));
 }
 
@@ -140,7 +156,9 @@ async fn a_content_filter_drops_storages_that_are_disabled_or_not_on_the_node() 
         .map(|s| s["storage"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["local"]);
-    let r = s.get_q("/nodes/pve1/storage", &[("content", "images")]).await;
+    let r = s
+        .get_q("/nodes/pve1/storage", &[("content", "images")])
+        .await;
     assert!(entry(r.data(), "old-lvm").is_none(), "{:?}", r.data());
     // `enabled=1` drops only what the config disables; a node restriction stays listed.
     let r = s.get_q("/nodes/pve1/storage", &[("enabled", "1")]).await;
