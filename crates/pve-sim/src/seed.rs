@@ -360,7 +360,7 @@ impl Seed {
     /// `local` (dir `/var/lib/vz`, 94 GiB: the root LV) and `local-lvm` (lvmthin, 832 GiB:
     /// the `data` thin pool), and a shared NFS storage `nas` (4 TiB) for ISOs, templates,
     /// import images and backups; task durations with a real cluster's ratios
-    /// ([`REALISTIC_TASK_MS`], scale with [`Seed::with_task_time_scale`]).
+    /// (`REALISTIC_TASK_MS` in this module; scale with [`Seed::with_task_time_scale`]).
     ///
     /// PVE's installer gives `local` the content `iso,vztmpl,backup` and `local-lvm`
     /// `rootdir,images` (pve-installer's storage.cfg); this seed adds `import` and `snippets`
