@@ -354,7 +354,7 @@ impl GuestRun<'_> {
                     .await
                 {
                     Some(upid) => Value::String(upid.to_string()),
-                    None => return Err(scrub.apply(error)),
+                    None => return Err(scrub.apply(taken_but_hidden(error, create.vmid))),
                 }
             }
         };
@@ -543,18 +543,46 @@ impl GuestRun<'_> {
         u32::try_from(half.as_secs()).unwrap_or(u32::MAX).max(1)
     }
 
+    /// Marks a guest as a template. An LXC `template` POST answers `null` although PVE runs
+    /// a `vztemplate` worker, which writes `template: 1` only at its end and sets no config
+    /// lock meanwhile (pve-container @ 94f55852 `src/PVE/API2/LXC.pm` `template`:
+    /// `fork_worker('vztemplate', ...)`, `return undef`); the worker is in PVE's active task
+    /// list before the answer (pve-common @ f665029e `src/PVE/RESTEnvironment.pm`
+    /// `fork_worker`: `active_workers($upid)` before it returns). So after a `null` the
+    /// executor looks that task up and waits for it: the action ends when the container is a
+    /// template, and no later pass can find it half-converted and send the POST again
+    /// (PVE: `you can't convert a template to a template`, or a lock timeout).
     async fn promote(&self, g: GuestRef) -> Step<Done> {
         let req = match g.guest_type {
             GuestType::Qemu => request::qemu_template(self.node(), g.vmid),
-            // Answers `null` although PVE runs a worker.
             GuestType::Lxc => request::lxc_template(self.node(), g.vmid),
         };
         let task_type = match g.guest_type {
             GuestType::Qemu => "qmtemplate",
             GuestType::Lxc => "vztemplate",
         };
-        self.send_and_wait(&req, &Self::task_of(task_type, g.vmid))
-            .await
+        let started = epoch_now();
+        let answer = self.send(&req, &Self::task_of(task_type, g.vmid)).await?;
+        if answer.is_null() && g.guest_type == GuestType::Lxc {
+            match self
+                .our_task(task_type, &g.vmid.to_string(), Some(g.vmid), started)
+                .await
+            {
+                Ok(Some(upid)) => return self.wait(&Value::String(upid.to_string())).await,
+                Ok(None) => tracing::warn!(
+                    node = %self.action.node,
+                    resource = %self.action.resource,
+                    "the template POST answered null but PVE lists no vztemplate task by this token"
+                ),
+                Err(error) => tracing::warn!(
+                    node = %self.action.node,
+                    resource = %self.action.resource,
+                    error = %error_text(&error),
+                    "listing PVE's tasks after the template POST failed"
+                ),
+            }
+        }
+        self.wait(&answer).await
     }
 
     async fn delete(&self, g: GuestRef) -> Step<Done> {
@@ -572,6 +600,25 @@ impl GuestRun<'_> {
         };
         self.send_and_wait(&req, &Self::task_of(task_type, g.vmid))
             .await
+    }
+}
+
+/// A create refused `already exists` with no task of ours behind it: the plan saw no guest
+/// with the vmid, so one exists that `/cluster/resources` hides from this token (no VM.Audit
+/// on it; SOURCE-AUDIT.md M25). The error says so, and what to grant; the next pass's
+/// observe finds the vmid taken (`GET /cluster/nextid`) and plans no create.
+fn taken_but_hidden(error: StepError, vmid: u32) -> StepError {
+    match error {
+        StepError::Failed { class, upid, error } if error.contains("already exists") => {
+            StepError::Failed {
+                class,
+                upid,
+                error: format!(
+                    "{error} (vmid {vmid} is taken by a guest this token cannot see: grant VM.Audit on /vms/{vmid}, or declare a free vmid)"
+                ),
+            }
+        }
+        other => other,
     }
 }
 

@@ -589,10 +589,13 @@ async fn check_with_each_documented_privilege_removed_names_exactly_the_refusal_
         if refused.is_empty() {
             // Reads are not refused: PVE hides what the token may not see (guests without
             // VM.Audit, storages without Datastore.AllocateSpace|Audit), so the pass cannot
-            // act on them or the next plan wants to create them again.
+            // act on them, and the next plan reports the hidden vmid (M25) rather than
+            // creating it again.
             let plan = stdout(&world.proxops(&["plan"]).await);
             assert!(
-                apply.contains("observe-failed") || plan.contains("+ create VM/web"),
+                apply.contains("observe-failed")
+                    || plan.contains("not visible to this token")
+                    || plan.contains("+ create VM/web"),
                 "without {privilege} PVE refused nothing and nothing was hidden:\n{apply}\n{plan}"
             );
             continue;

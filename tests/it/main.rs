@@ -12,6 +12,7 @@ mod check;
 mod cli_validate;
 mod demo;
 mod drift_history;
+mod fidelity;
 mod flood;
 mod git_server;
 mod guard_rails;

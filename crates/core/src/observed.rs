@@ -24,6 +24,10 @@ pub struct ObservedState {
     /// Every guest of `GET /cluster/resources?type=vm`, by vmid; `Err` with the reason when
     /// the listing failed (then nothing is written this pass).
     pub resources: Result<BTreeMap<u32, ObservedGuest>, String>,
+    /// Declared vmids `/cluster/resources` did not list although a guest of the cluster has
+    /// them (`GET /cluster/nextid?vmid=` answered `already exists`): the token lacks
+    /// VM.Audit on them, and a create would be refused.
+    pub hidden_vmids: BTreeSet<u32>,
 }
 
 impl Default for ObservedState {
@@ -32,6 +36,7 @@ impl Default for ObservedState {
         Self {
             storages: BTreeMap::new(),
             resources: Ok(BTreeMap::new()),
+            hidden_vmids: BTreeSet::new(),
         }
     }
 }

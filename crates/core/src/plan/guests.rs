@@ -329,6 +329,18 @@ fn plan_one(
 ) {
     let vmid = declared.vmid;
     let Some(live) = observed.guest(vmid) else {
+        if observed.hidden_vmids.contains(&vmid) {
+            // SOURCE-AUDIT.md M25: a create would be refused `already exists` on every pass.
+            plan.findings.push(with_message(
+                declared.finding(FindingKind::ObserveFailed, "spec.vmid", "", "hidden"),
+                format!(
+                    "vmid {vmid} exists in the cluster but is not visible to this token (PVE lists a guest only with VM.Audit on /vms/{vmid}), so it is not created: a create would be refused `already exists`; grant the token's user VM.Audit on /vms/{vmid} (e.g. `pveum acl modify /vms/{vmid} --users <user> --roles PVEAuditor`) to let ProxOps see it, or declare a free vmid"
+                ),
+            ));
+            plan.blocked
+                .insert((declared.id().clone(), declared.node.to_owned()));
+            return;
+        }
         plan_absent(desired, declared, rendered, actions, plan);
         return;
     };
@@ -1493,6 +1505,22 @@ mod tests {
         observed.add_guest(guest(101, "running", live_of(&state, Kind::Vm, "web", 101)));
         let plan = run(&state, &observed, &all());
         assert_eq!(verbs(&plan), [("VM/web".into(), "shutdown")]);
+    }
+
+    #[test]
+    fn a_declared_vmid_held_by_a_guest_the_token_cannot_see_is_a_finding_not_a_create() {
+        let state = desired(&[&vm("web", 101, "")]);
+        let mut observed = ObservedState::default();
+        observed.hidden_vmids.insert(101);
+        let plan = run(&state, &observed, &all());
+        assert!(verbs(&plan).is_empty(), "{:?}", verbs(&plan));
+        assert_eq!(kinds(&plan), [FindingKind::ObserveFailed]);
+        let message = &plan.findings[0].message;
+        assert!(
+            message.contains("vmid 101 exists in the cluster but is not visible"),
+            "{message}"
+        );
+        assert!(message.contains("VM.Audit on /vms/101"), "{message}");
     }
 
     #[test]

@@ -158,6 +158,9 @@ pub(super) fn resources(ctx: &Ctx) -> ApiResult {
     Ok(Value::Array(out))
 }
 
+/// `GET /cluster/status`: one `cluster` entry and one `node` entry per member, `local: 1` on
+/// the node answering (pve-manager @ 14a22df3 `PVE/API2/Cluster.pm` `get_status`, from
+/// pve-cluster's `get_clinfo`/`get_members`).
 pub(super) fn status(ctx: &Ctx) -> Value {
     let cluster = ctx.shared.cluster();
     let mut out = vec![json!({
@@ -184,6 +187,10 @@ pub(super) fn status(ctx: &Ctx) -> Value {
     Value::Array(out)
 }
 
+/// `GET /cluster/nextid`: any user may ask (`user => 'all'`); the cluster's whole vmlist
+/// decides, whatever the caller may audit: with `vmid`, that id or 400 `{"vmid": "VM N
+/// already exists"}`; without, the lowest free id from 100 (pve-manager @ 14a22df3
+/// `PVE/API2/Cluster.pm` `nextid`).
 pub(super) fn nextid(ctx: &Ctx) -> ApiResult {
     let cluster = ctx.shared.cluster();
     match ctx.params.get("vmid") {
