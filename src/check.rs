@@ -50,7 +50,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proxops_core::guest::{Artifacts, RenderedConfig};
 use proxops_core::guest::{DiskRole, GuestType, PropertyString, Rule, render};
-use proxops_core::manifest::{Placement, content_type};
+use proxops_core::manifest::{Placement, Spec, content_type};
 use proxops_core::plan::{Action, NodeScope, Plan, Verb};
 use proxops_core::repository::DesiredState;
 use proxops_core::resource::{Kind, ResourceId};
@@ -594,10 +594,25 @@ pub fn read_requirements(desired: &DesiredState, scope: &NodeScope) -> Vec<Requi
     for resource in desired.manifest.resources() {
         match &resource.placement {
             Placement::Guest { node, vmid, .. } if scope.includes(node) => {
-                out.push(require(
-                    &format!("observe {} on {node}", resource.id),
-                    vec![pp(format!("/vms/{vmid}"), "VM.Audit")],
-                ));
+                let why = format!("observe {} on {node}", resource.id);
+                let audit = vec![pp(format!("/vms/{vmid}"), "VM.Audit")];
+                match declared_pool(resource) {
+                    // A guest of the pool inherits `/pool/<pool>` (RPCEnvironment
+                    // `compile_acl_path`); `/cluster/resources` shows its `pool` only with
+                    // Pool.Audit there (pve-manager `API2/Cluster.pm` `resources`), and
+                    // without it every pass would see the guest out of its pool.
+                    Some(pool) => {
+                        out.push(require_any(
+                            &why,
+                            vec![vec![pp(format!("/pool/{pool}"), "VM.Audit")], audit],
+                        ));
+                        out.push(require(
+                            &format!("observe the pool of {} on {node}", resource.id),
+                            vec![pp(format!("/pool/{pool}"), "Pool.Audit")],
+                        ));
+                    }
+                    None => out.push(require(&why, audit)),
+                }
             }
             Placement::Artifact { nodes, storage, .. } => {
                 if nodes.iter().any(|n| scope.includes(n)) && storages.insert(storage.clone()) {
@@ -777,8 +792,88 @@ fn action_requirements(
                 vec![pp(format!("/vms/{}", g.vmid), "VM.Allocate")],
             ));
         }
+        Verb::Pool(p) => {
+            // pve-manager @ 14a22df3 `PVE/API2/Pool.pm` `update_pool`: the schema's
+            // `Pool.Allocate` on `/pool/<pool>`, `check_perm_modify` on `/vms/<vmid>`
+            // (`check_any` of Permissions.Modify and VM.Allocate), and with `allow-move`
+            // `Pool.Allocate` on the pool the guest leaves.
+            out.push(require(
+                &why,
+                vec![pp(format!("/pool/{}", p.pool), "Pool.Allocate")],
+            ));
+            let vm = format!("/vms/{}", p.vmid);
+            out.push(require_any(
+                &why,
+                vec![
+                    vec![pp(&vm, "VM.Allocate")],
+                    vec![pp(&vm, "Permissions.Modify")],
+                ],
+            ));
+            if let Some(from) = &p.from {
+                out.push(require(
+                    &why,
+                    vec![pp(format!("/pool/{from}"), "Pool.Allocate")],
+                ));
+            }
+        }
+    }
+    // A create or clone into a pool: PVE checks the new guest's privileges on the pool as an
+    // alternative to `/vms/<vmid>` (qemu-server @ e6352be6 `API2/Qemu.pm` `create_vm`: `VM.Allocate`
+    // on `/vms/<vmid>` or `/pool/<pool>`, config keys through `check_vm_perm($vmid, $pool)`;
+    // `clone_vm`: `'or', ['perm', '/vms/{newid}', ...], ['perm', '/pool/{pool}', ...]`;
+    // pve-container @ 94f5585 `API2/LXC.pm` likewise). Once created the guest is a pool
+    // member and `/vms/<vmid>` inherits what `/pool/<pool>` grants.
+    let into_pool = match &action.verb {
+        Verb::Create(c) => c.params.get("pool").map(|p| (c.vmid, p.as_str())),
+        Verb::Clone(c) => c.pool.as_deref().map(|p| (c.vmid, p)),
+        _ => None,
+    };
+    if let Some((vmid, pool)) = into_pool {
+        out = or_on_pool(out, vmid, pool);
     }
     out
+}
+
+/// Each requirement on `/vms/<vmid>` with, first, the same privileges on `/pool/<pool>` as
+/// an alternative.
+fn or_on_pool(requirements: Vec<Requirement>, vmid: u32, pool: &str) -> Vec<Requirement> {
+    let vm = format!("/vms/{vmid}");
+    let on_pool = format!("/pool/{pool}");
+    requirements
+        .into_iter()
+        .map(|mut req| {
+            let mut options: Vec<Vec<PathPrivilege>> = req
+                .options
+                .iter()
+                .filter(|o| o.iter().any(|p| p.path == vm))
+                .map(|o| {
+                    o.iter()
+                        .map(|p| {
+                            if p.path == vm {
+                                pp(&on_pool, &p.privilege)
+                            } else {
+                                p.clone()
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            if !options.is_empty() {
+                options.append(&mut req.options);
+                req.options = options;
+            }
+            req
+        })
+        .collect()
+}
+
+/// `spec.pool` of a guest resource.
+fn declared_pool(resource: &proxops_core::manifest::Resource) -> Option<&str> {
+    match resource.spec.as_ref()? {
+        Spec::Vm(spec) => spec.pool.as_deref(),
+        Spec::Lxc(spec) => spec.pool.as_deref(),
+        Spec::Artifact(_) => None,
+    }
 }
 
 /// Checks storages against what the manifests use, given each node's storage listing

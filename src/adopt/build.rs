@@ -299,6 +299,7 @@ mod tests {
             guest_type: GuestType::Qemu,
             status: status.to_owned(),
             config: LiveConfig::from_pairs(GuestType::Qemu, pairs.iter().copied()),
+            pool: None,
         }
     }
 
@@ -309,6 +310,7 @@ mod tests {
             guest_type: GuestType::Lxc,
             status: "running".to_owned(),
             config: LiveConfig::from_pairs(GuestType::Lxc, pairs.iter().copied()),
+            pool: None,
         }
     }
 

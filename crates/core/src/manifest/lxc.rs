@@ -12,8 +12,8 @@ use super::check::Checker;
 use super::choice::{Arch, PowerState};
 use super::document::Checked;
 use super::guest::{
-    Slots, check_extra, check_mac, check_mib, check_node, check_size, check_state, check_storage,
-    check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference, slot_ranges,
+    Slots, check_extra, check_mac, check_mib, check_node, check_pool, check_size, check_state,
+    check_storage, check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference, slot_ranges,
 };
 use super::ids::{NodeName, StorageId, VmId};
 use super::quantity::{ByteSize, Mebibytes};
@@ -25,8 +25,9 @@ use crate::resource::Kind;
 /// Mount point slots `mp0`..`mp255`.
 const MP_SLOTS: [(&str, u32); 1] = [("mp", 255)];
 /// `spec.extra` keys ProxOps sets itself (the Go program's list).
-const RESERVED_EXTRA: [&str; 23] = [
+const RESERVED_EXTRA: [&str; 24] = [
     "vmid",
+    "pool",
     "ctid",
     "name",
     "memory",
@@ -95,6 +96,8 @@ pub struct LxcSpec {
     pub tags: Vec<String>,
     /// Further PVE keys, verbatim.
     pub extra: BTreeMap<String, String>,
+    /// The PVE resource pool it belongs to; `None` = membership not managed.
+    pub pool: Option<String>,
 }
 
 /// `spec.cpu` of a container.
@@ -277,6 +280,7 @@ pub(crate) fn check_lxc(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawL
         &RESERVED_EXTRA,
         &RESERVED_EXTRA_PREFIXES,
     );
+    let pool = check_pool(ck, raw.pool.as_ref());
 
     references.sort_by_key(|r| r.location);
     let spec = (|| {
@@ -298,6 +302,7 @@ pub(crate) fn check_lxc(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawL
             pve_description: raw.pve_description.clone(),
             tags: tags?,
             extra: extra?,
+            pool: pool?,
         })))
     })();
     Checked {

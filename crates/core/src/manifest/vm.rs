@@ -17,8 +17,8 @@ use super::choice::{
 use super::decode::{did_you_mean, one_of};
 use super::document::Checked;
 use super::guest::{
-    Slots, check_extra, check_mac, check_mib, check_node, check_size, check_state, check_storage,
-    check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference, slot_ranges,
+    Slots, check_extra, check_mac, check_mib, check_node, check_pool, check_size, check_state,
+    check_storage, check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference, slot_ranges,
 };
 use super::ids::{NodeName, StorageId, VmId};
 use super::quantity::{ByteSize, Mebibytes};
@@ -61,6 +61,8 @@ pub struct VmSpec {
     pub extra: BTreeMap<String, String>,
     /// The TemplateVM to clone from.
     pub clone: Option<String>,
+    /// The PVE resource pool it belongs to; `None` = membership not managed.
+    pub pool: Option<String>,
 }
 
 /// `spec.cpu`.
@@ -129,8 +131,9 @@ pub const NIC_MODELS: [&str; 14] = [
     "vmxnet3",
 ];
 /// `spec.extra` keys ProxOps sets itself (the Go program's list).
-const RESERVED_EXTRA: [&str; 33] = [
+const RESERVED_EXTRA: [&str; 34] = [
     "vmid",
+    "pool",
     "name",
     "memory",
     "cpu",
@@ -461,6 +464,7 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
         references.extend(reference(ck, "spec.clone", c, Kind::TemplateVm));
         c.clone()
     });
+    let pool = check_pool(ck, raw.pool.as_ref());
 
     references.sort_by_key(|r: &Reference| r.location);
     let spec = (|| {
@@ -481,6 +485,7 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
             tags: tags?,
             extra: extra?,
             clone,
+            pool: pool?,
         })))
     })();
     Checked {

@@ -28,7 +28,7 @@ use crate::manifest::{ADOPT, DRIFT, Placement, PowerState, RESTART, Resource, Sp
 use crate::observed::{ObservedGuest, ObservedState};
 use crate::plan::{
     Action, Change, CloneFrom, Create, Finding, FindingKind, Grow, GuestRef, Inventory, Plan,
-    Policy, Update, Verb,
+    Policy, PoolMove, Update, Verb,
 };
 use crate::repository::DesiredState;
 use crate::resource::{Kind, ResourceId};
@@ -459,6 +459,7 @@ fn plan_absent(
                 source: source.clone(),
                 source_vmid,
                 name: rendered.value("name").unwrap_or_default().to_owned(),
+                pool: rendered.pool.clone(),
             }),
             format!(
                 "no guest has vmid {vmid}: full clone of TemplateVM/{source} (vmid {source_vmid}), then its own config is written"
@@ -635,6 +636,7 @@ fn plan_present(
             updating = true;
         }
     }
+    plan_pool(declared, rendered, live, report_only, actions, plan);
 
     // Power and template state.
     let wants_template = declared.template();
@@ -727,6 +729,49 @@ fn plan_present(
             ),
         ));
     }
+}
+
+/// Pool membership: a guest outside its declared pool is moved there (`PUT /pools` with
+/// `allow-move`, which also takes it out of the pool it is in), or reported under
+/// `proxops/drift: report`.
+fn plan_pool(
+    declared: &Declared<'_>,
+    rendered: &RenderedConfig,
+    live: &ObservedGuest,
+    report_only: bool,
+    actions: &mut Vec<Action>,
+    plan: &mut Plan,
+) {
+    let Some(drift) = guest::compare_pool(rendered.pool.as_deref(), live.pool.as_deref()) else {
+        return;
+    };
+    let observed = drift.observed.as_deref().unwrap_or("");
+    let was = drift
+        .observed
+        .as_deref()
+        .map_or_else(|| "in no pool".to_owned(), |p| format!("in pool {p}"));
+    if report_only {
+        plan.findings.push(with_message(
+            declared.finding(FindingKind::Drift, "spec.pool", &drift.desired, observed),
+            format!(
+                "the guest is {was}, not in pool {}; proxops/drift: report, so it is left as is",
+                drift.desired
+            ),
+        ));
+        return;
+    }
+    actions.push(declared.action(
+        Verb::Pool(PoolMove {
+            vmid: declared.vmid,
+            guest_type: declared.guest_type,
+            pool: drift.desired.clone(),
+            from: drift.observed.clone(),
+        }),
+        format!(
+            "drift in spec.pool: the guest is {was}, the manifest says pool {}",
+            drift.desired
+        ),
+    ));
 }
 
 /// The owned keys PVE will hold for a restart of the running guest once this pass is done.
