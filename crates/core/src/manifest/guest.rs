@@ -315,7 +315,9 @@ pub(crate) fn check_pool(ck: &mut Checker<'_>, raw: Option<&String>) -> Option<O
     }
     let levels: Vec<&str> = pool.split('/').collect();
     let problem = if levels.len() > 3 {
-        Some(format!("pool `{pool}` is nested too deeply (at most 3 levels)"))
+        Some(format!(
+            "pool `{pool}` is nested too deeply (at most 3 levels)"
+        ))
     } else if levels.iter().any(|l| {
         l.is_empty()
             || !l
@@ -327,7 +329,9 @@ pub(crate) fn check_pool(ck: &mut Checker<'_>, raw: Option<&String>) -> Option<O
         .iter()
         .any(|l| !l.bytes().next().is_some_and(|b| b.is_ascii_alphabetic()))
     {
-        Some(format!("pool `{pool}`: each level must start with a letter"))
+        Some(format!(
+            "pool `{pool}`: each level must start with a letter"
+        ))
     } else {
         None
     };

@@ -13,7 +13,8 @@ use super::choice::{Arch, PowerState};
 use super::document::Checked;
 use super::guest::{
     Slots, check_extra, check_mac, check_mib, check_node, check_pool, check_size, check_state,
-    check_storage, check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference, slot_ranges,
+    check_storage, check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference,
+    slot_ranges,
 };
 use super::ids::{NodeName, StorageId, VmId};
 use super::quantity::{ByteSize, Mebibytes};
