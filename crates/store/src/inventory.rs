@@ -237,6 +237,7 @@ mod tests {
                 source: source.into(),
                 source_vmid: 9000,
                 name: "app".into(),
+                pool: None,
             })
         };
         record("web", create, &ok);

@@ -685,11 +685,22 @@ mod tests {
     }
 
     #[test]
+    fn a_container_keeps_its_pool_and_refuses_one_in_extra() {
+        let Spec::Lxc(c) = spec(&lxc(&format!("{BASE}  pool: lab\n"))) else {
+            panic!()
+        };
+        assert_eq!(c.pool.as_deref(), Some("lab"));
+        let e = errors(&lxc(&format!("{BASE}  extra: {{pool: lab}}\n")));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains("spec.extra.pool: `pool` is managed by ProxOps"), "{e:#?}");
+    }
+
+    #[test]
     fn vm_only_keys_are_unknown_on_a_container() {
         assert_errors(
             &lxc(&format!("{BASE}  disks: []\n")),
             &[
-                "test.yaml:12:3: error: spec.disks: unknown key `disks`\n  help: expected one of `node`, `vmid`, `state`, `template`, `memory`, `swap`, `cpu`, `root`, `mount-points`, `bind-mounts`, `networks`, `dns`, `arch`, `options`, `pve-description`, `tags`, `extra`",
+                "test.yaml:12:3: error: spec.disks: unknown key `disks`\n  help: expected one of `node`, `vmid`, `state`, `template`, `memory`, `swap`, `cpu`, `root`, `mount-points`, `bind-mounts`, `networks`, `dns`, `arch`, `options`, `pve-description`, `tags`, `extra`, `pool`",
             ],
         );
     }

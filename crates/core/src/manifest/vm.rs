@@ -1445,6 +1445,49 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_is_kept_as_declared_and_absent_means_not_managed() {
+        let disks = "  disks: [{storage: local, size: 8G}]\n";
+        let Spec::Vm(v) = spec(&vm(&format!("{BASE}{disks}  pool: prod/web\n"))) else {
+            panic!()
+        };
+        assert_eq!(v.pool.as_deref(), Some("prod/web"));
+        let Spec::Vm(v) = spec(&vm(&format!("{BASE}{disks}"))) else {
+            panic!()
+        };
+        assert_eq!(v.pool, None);
+    }
+
+    #[test]
+    fn a_pool_id_pve_would_refuse_is_located_with_the_format() {
+        let disks = "  disks: [{storage: local, size: 8G}]\n";
+        for (pool, message) in [
+            ("a/b/c/d", "pool `a/b/c/d` is nested too deeply (at most 3 levels)"),
+            ("prod web", "`prod web` is not a PVE pool id"),
+            ("prod//web", "`prod//web` is not a PVE pool id"),
+            ("prod/9lives", "pool `prod/9lives`: each level must start with a letter"),
+        ] {
+            let e = errors(&vm(&format!("{BASE}{disks}  pool: '{pool}'\n")));
+            assert_eq!(e.len(), 1, "{pool}: {e:#?}");
+            assert!(
+                e[0].starts_with(&format!("test.yaml:11:9: error: spec.pool: {message}\n  help: pool ids are letters")),
+                "{pool}: {e:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pool_in_extra_is_refused_for_the_pool_field() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  extra: {{pool: prod}}\n"
+        )));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].contains("spec.extra.pool: `pool` is managed by ProxOps and cannot be set in `extra`"),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
     fn reserved_extra_keys_are_refused() {
         let e = errors(&vm(&format!(
             "{BASE}  disks: [{{storage: local, size: 8G}}]\n  extra: {{memory: '4096', scsi1: x, net0: y, ipconfig2: z, virtio3: ok, scsihw: ok}}\n"

@@ -1085,6 +1085,82 @@ mod tests {
         assert!(plan.findings.is_empty(), "{:?}", plan.findings);
     }
 
+    fn in_pool(doc: &str, pool: &str) -> String {
+        doc.replace("  memory: 2GiB", &format!("  pool: {pool}\n  memory: 2GiB"))
+    }
+
+    #[test]
+    fn a_guest_with_a_pool_is_created_in_it() {
+        let state = desired(&[&in_pool(&vm("web", 101, ""), "prod")]);
+        let plan = run(&state, &ObservedState::default(), &all());
+        let Verb::Create(create) = &plan.levels[0][0].verb else {
+            panic!("a create")
+        };
+        assert_eq!(create.params["pool"], "prod");
+    }
+
+    #[test]
+    fn a_guest_outside_its_declared_pool_is_moved_there_and_nothing_else_changes() {
+        let state = desired(&[&in_pool(&vm("web", 101, ""), "prod")]);
+        for observed_pool in [None, Some("lab")] {
+            let mut observed = ObservedState::default();
+            let mut g = guest(101, "running", live_of(&state, Kind::Vm, "web", 101));
+            g.pool = observed_pool.map(str::to_owned);
+            observed.add_guest(g);
+            let plan = run(&state, &observed, &all());
+            assert_eq!(verbs(&plan), [("VM/web".into(), "pool")], "{plan:?}");
+            let Verb::Pool(pool) = &plan.levels[0][0].verb else {
+                panic!("a pool move")
+            };
+            assert_eq!(pool.pool, "prod");
+            assert_eq!(pool.from.as_deref(), observed_pool);
+            assert!(
+                render_human(&plan, "repo").contains(&format!(
+                    "~ update VM/web on pve1: pool: {} → prod",
+                    observed_pool.unwrap_or("(none)")
+                )),
+                "{}",
+                render_human(&plan, "repo")
+            );
+        }
+        // In the pool: nothing to do.
+        let mut observed = ObservedState::default();
+        let mut g = guest(101, "running", live_of(&state, Kind::Vm, "web", 101));
+        g.pool = Some("prod".to_owned());
+        observed.add_guest(g);
+        assert!(!run(&state, &observed, &all()).has_changes());
+    }
+
+    #[test]
+    fn a_pool_is_not_managed_when_the_manifest_declares_none() {
+        let state = desired(&[&vm("web", 101, "")]);
+        let mut observed = ObservedState::default();
+        let mut g = guest(101, "running", live_of(&state, Kind::Vm, "web", 101));
+        g.pool = Some("lab".to_owned());
+        observed.add_guest(g);
+        let plan = run(&state, &observed, &all());
+        assert!(!plan.has_changes(), "{plan:?}");
+        assert!(plan.findings.is_empty(), "{:?}", plan.findings);
+    }
+
+    #[test]
+    fn pool_drift_under_the_report_annotation_is_only_a_finding() {
+        let state = desired(&[&in_pool(
+            &vm("web", 101, "  annotations:\n    proxops/drift: report\n"),
+            "prod",
+        )]);
+        let mut observed = ObservedState::default();
+        let mut g = guest(101, "running", live_of(&state, Kind::Vm, "web", 101));
+        g.pool = Some("lab".to_owned());
+        observed.add_guest(g);
+        let plan = run(&state, &observed, &all());
+        assert!(!plan.has_changes(), "{plan:?}");
+        assert_eq!(kinds(&plan), [FindingKind::Drift]);
+        assert_eq!(plan.findings[0].field, "spec.pool");
+        assert_eq!(plan.findings[0].desired, "prod");
+        assert_eq!(plan.findings[0].observed, "lab");
+    }
+
     #[test]
     fn drift_becomes_one_update_with_only_the_changed_keys_and_the_digest() {
         let state = desired(&[&vm("web", 101, "")]);

@@ -157,7 +157,7 @@ async fn a_create_into_a_pool_without_vm_allocate_there_or_into_a_missing_pool_i
 
 #[tokio::test]
 async fn a_guest_moves_to_another_pool_only_with_allow_move() {
-    let mut s = pool_sim(GUESTS).await;
+    let s = pool_sim(GUESTS).await;
     s.create_vm("100", &[("pool", "lab")]).await;
     let r = s.put("/pools", &[("poolid", "prod"), ("vms", "100")]).await;
     assert_eq!(r.status, 500, "{r:?}");
