@@ -631,9 +631,21 @@ pub fn plan_requirements(plan: &Plan, desired: &DesiredState) -> Vec<Requirement
     let rendered = |id: &ResourceId| -> Option<RenderedConfig> {
         desired.manifest.get(id).and_then(|r| render(r, &artifacts))
     };
-    plan.actions()
+    // `/vms/<vmid>` → the pool of each guest this plan creates or clones into one.
+    let created_in_pool: BTreeMap<String, String> = plan
+        .actions()
+        .filter_map(|a| match &a.verb {
+            Verb::Create(c) => Some((c.vmid, c.params.get("pool")?.clone())),
+            Verb::Clone(c) => Some((c.vmid, c.pool.clone()?)),
+            _ => None,
+        })
+        .map(|(vmid, pool)| (format!("/vms/{vmid}"), pool))
+        .collect();
+    let requirements = plan
+        .actions()
         .flat_map(|action| action_requirements(action, &rendered))
-        .collect()
+        .collect();
+    or_on_pool(requirements, &created_in_pool)
 }
 
 fn action_requirements(
@@ -703,6 +715,18 @@ fn action_requirements(
                         &why,
                     )),
                 }
+            }
+            // Written once the guest is in its pool (`tags`).
+            for (key, value) in &c.after {
+                out.extend(config_requirements(
+                    c.guest_type,
+                    c.vmid,
+                    key,
+                    Some(value),
+                    None,
+                    Write::Update,
+                    &why,
+                ));
             }
         }
         Verb::Clone(c) => {
@@ -817,44 +841,38 @@ fn action_requirements(
             }
         }
     }
-    // A create or clone into a pool: PVE checks the new guest's privileges on the pool as an
-    // alternative to `/vms/<vmid>` (qemu-server @ e6352be6 `API2/Qemu.pm` `create_vm`: `VM.Allocate`
-    // on `/vms/<vmid>` or `/pool/<pool>`, config keys through `check_vm_perm($vmid, $pool)`;
-    // `clone_vm`: `'or', ['perm', '/vms/{newid}', ...], ['perm', '/pool/{pool}', ...]`;
-    // pve-container @ 94f5585 `API2/LXC.pm` likewise). Once created the guest is a pool
-    // member and `/vms/<vmid>` inherits what `/pool/<pool>` grants.
-    let into_pool = match &action.verb {
-        Verb::Create(c) => c.params.get("pool").map(|p| (c.vmid, p.as_str())),
-        Verb::Clone(c) => c.pool.as_deref().map(|p| (c.vmid, p)),
-        _ => None,
-    };
-    if let Some((vmid, pool)) = into_pool {
-        out = or_on_pool(out, vmid, pool);
-    }
     out
 }
 
-/// Each requirement on `/vms/<vmid>` with, first, the same privileges on `/pool/<pool>` as
-/// an alternative.
-fn or_on_pool(requirements: Vec<Requirement>, vmid: u32, pool: &str) -> Vec<Requirement> {
-    let vm = format!("/vms/{vmid}");
-    let on_pool = format!("/pool/{pool}");
+/// Each requirement on `/vms/<vmid>` of a guest this plan creates or clones into a pool
+/// with, first, the same privileges on `/pool/<pool>` as an alternative. PVE checks a new
+/// guest's privileges on its pool as well as on `/vms/<vmid>` (qemu-server @ e6352be6
+/// `API2/Qemu.pm` `create_vm`: `VM.Allocate` on `/vms/<vmid>` or `/pool/<pool>`, the config
+/// keys through `check_vm_perm($vmid, $pool)`; `clone_vm`: `'or', ['perm', '/vms/{newid}',
+/// ...], ['perm', '/pool/{pool}', ...]`; pve-container @ 94f5585 `API2/LXC.pm` likewise), and
+/// once created the guest is a member and `/vms/<vmid>` inherits what the pool grants
+/// (pve-access-control @ 5ccd07d `RPCEnvironment.pm` `compile_acl_path`), so its start or
+/// promote later in the pass is allowed by the pool too. Before the create PVE lists nothing
+/// for `/vms/<vmid>`.
+fn or_on_pool(
+    requirements: Vec<Requirement>,
+    pools: &BTreeMap<String, String>,
+) -> Vec<Requirement> {
+    let on_pool = |p: &PathPrivilege| {
+        pools
+            .get(&p.path)
+            .map(|pool| pp(format!("/pool/{pool}"), &p.privilege))
+    };
     requirements
         .into_iter()
         .map(|mut req| {
             let mut options: Vec<Vec<PathPrivilege>> = req
                 .options
                 .iter()
-                .filter(|o| o.iter().any(|p| p.path == vm))
+                .filter(|o| o.iter().any(|p| on_pool(p).is_some()))
                 .map(|o| {
                     o.iter()
-                        .map(|p| {
-                            if p.path == vm {
-                                pp(&on_pool, &p.privilege)
-                            } else {
-                                p.clone()
-                            }
-                        })
+                        .map(|p| on_pool(p).unwrap_or_else(|| p.clone()))
                         .collect()
                 })
                 .collect();
@@ -1788,6 +1806,7 @@ mod tests {
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
                 grow: Vec::new(),
+                after: Default::default(),
             }),
             reason: "missing".into(),
         }
@@ -1825,6 +1844,7 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
                 grow: Vec::new(),
+                after: Default::default(),
             }),
             reason: "missing".into(),
         };

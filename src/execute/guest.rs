@@ -387,7 +387,32 @@ impl GuestRun<'_> {
         let done = self.wait(&answer).await.map_err(|e| scrub.apply(e))?;
         self.grow(create.vmid, create.guest_type, &create.grow)
             .await?;
+        if !create.after.is_empty() {
+            self.write_after_create(create).await?;
+        }
         Ok(done)
+    }
+
+    /// The keys a create into a pool leaves for later (its `tags`), written now that PVE
+    /// has put the guest in the pool, against the new config's digest.
+    async fn write_after_create(&self, create: &Create) -> Step<Done> {
+        let config = self
+            .guest_config(create.guest_type, create.vmid)
+            .await
+            .map_err(|e| refused(&e))?;
+        let update = Update {
+            vmid: create.vmid,
+            guest_type: create.guest_type,
+            set: create.after.clone(),
+            delete: std::collections::BTreeSet::new(),
+            digest: config
+                .get("digest")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            grow: Vec::new(),
+            changes: Vec::new(),
+        };
+        self.update(&update).await
     }
 
     /// The task our own earlier attempt started, when a resent create is refused because the

@@ -20,6 +20,7 @@ mod hotplug;
 mod listener;
 mod migrate;
 mod one_iso;
+mod pools;
 mod pve_api;
 mod readme;
 mod reliability;

@@ -230,6 +230,7 @@ mod tests {
             guest_type: GuestType::Qemu,
             params,
             grow: Vec::new(),
+            after: Default::default(),
         });
         let clone = |source: &str| {
             Verb::Clone(CloneFrom {

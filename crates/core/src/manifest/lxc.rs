@@ -692,7 +692,10 @@ mod tests {
         assert_eq!(c.pool.as_deref(), Some("lab"));
         let e = errors(&lxc(&format!("{BASE}  extra: {{pool: lab}}\n")));
         assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(e[0].contains("spec.extra.pool: `pool` is managed by ProxOps"), "{e:#?}");
+        assert!(
+            e[0].contains("spec.extra.pool: `pool` is managed by ProxOps"),
+            "{e:#?}"
+        );
     }
 
     #[test]

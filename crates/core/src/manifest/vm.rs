@@ -1461,15 +1461,23 @@ mod tests {
     fn a_pool_id_pve_would_refuse_is_located_with_the_format() {
         let disks = "  disks: [{storage: local, size: 8G}]\n";
         for (pool, message) in [
-            ("a/b/c/d", "pool `a/b/c/d` is nested too deeply (at most 3 levels)"),
+            (
+                "a/b/c/d",
+                "pool `a/b/c/d` is nested too deeply (at most 3 levels)",
+            ),
             ("prod web", "`prod web` is not a PVE pool id"),
             ("prod//web", "`prod//web` is not a PVE pool id"),
-            ("prod/9lives", "pool `prod/9lives`: each level must start with a letter"),
+            (
+                "prod/9lives",
+                "pool `prod/9lives`: each level must start with a letter",
+            ),
         ] {
             let e = errors(&vm(&format!("{BASE}{disks}  pool: '{pool}'\n")));
             assert_eq!(e.len(), 1, "{pool}: {e:#?}");
             assert!(
-                e[0].starts_with(&format!("test.yaml:11:9: error: spec.pool: {message}\n  help: pool ids are letters")),
+                e[0].starts_with(&format!(
+                    "test.yaml:11:9: error: spec.pool: {message}\n  help: pool ids are letters"
+                )),
                 "{pool}: {e:#?}"
             );
         }
@@ -1482,7 +1490,9 @@ mod tests {
         )));
         assert_eq!(e.len(), 1, "{e:#?}");
         assert!(
-            e[0].contains("spec.extra.pool: `pool` is managed by ProxOps and cannot be set in `extra`"),
+            e[0].contains(
+                "spec.extra.pool: `pool` is managed by ProxOps and cannot be set in `extra`"
+            ),
             "{e:#?}"
         );
     }

@@ -468,12 +468,23 @@ fn plan_absent(
     } else {
         let mut params = rendered.create_params();
         params.insert("start".to_owned(), "0".to_owned());
+        // PVE checks a create's `tags` with `check_vm_perm($vmid, undef, ['VM.Config.Options'])`
+        // (pve-guest-common @ 4a8f6cb `GuestHelpers.pm` `assert_tag_permissions`, called by
+        // qemu-server @ e6352be6 `create_vm` and pve-container @ 94f5585
+        // `check_ct_modify_config_perm`), on `/vms/<vmid>` alone, before `add_vm_to_pool`: a
+        // token whose grants are on the pool is refused. Into a pool, the tags are written
+        // right after the create instead, when the guest is a member.
+        let after: BTreeMap<String, String> = match &rendered.pool {
+            Some(_) => params.remove_entry("tags").into_iter().collect(),
+            None => BTreeMap::new(),
+        };
         actions.push(declared.action(
             Verb::Create(Create {
                 vmid,
                 guest_type: declared.guest_type,
                 params,
                 grow: grows(&rendered.grow_after_create),
+                after,
             }),
             format!("no guest has vmid {vmid}"),
         ));
@@ -1097,6 +1108,9 @@ mod tests {
             panic!("a create")
         };
         assert_eq!(create.params["pool"], "prod");
+        // The ownership tag follows once the guest is in its pool.
+        assert!(!create.params.contains_key("tags"), "{create:?}");
+        assert_eq!(create.after["tags"], "proxops");
     }
 
     #[test]

@@ -154,6 +154,11 @@ pub struct Create {
     pub params: BTreeMap<String, String>,
     /// Disks to grow after the create (an imported image smaller than declared).
     pub grow: Vec<Grow>,
+    /// Keys written with `PUT .../config` once the create's task has ended: the `tags` of a
+    /// guest created into a pool, which PVE would refuse at the create to a token that holds
+    /// its privileges on the pool (see `plan_absent`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub after: BTreeMap<String, String>,
 }
 
 /// Grow a volume to an absolute size (`PUT .../resize`).
