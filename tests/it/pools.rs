@@ -165,8 +165,10 @@ fn pools_sent(world: &World) -> BTreeSet<(String, String)> {
 
 /// Pools `prod` and `lab`, the default (root) token.
 async fn world_with_pools() -> World {
-    let mut seed = Seed::default();
-    seed.pools = vec!["prod".into(), "lab".into()];
+    let seed = Seed {
+        pools: vec!["prod".into(), "lab".into()],
+        ..Seed::default()
+    };
     World::start_config(
         &[("ct.tar.zst", b"a container template".as_slice())],
         SimConfig {
