@@ -98,6 +98,11 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
             concurrency_per_node,
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(10),
+            // Every guest in one pass: the bench measures the executor, not the create cap.
+            scope: proxops_core::scope::Scope {
+                max_creates: u32::MAX,
+                ..proxops_core::scope::Scope::default()
+            },
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
@@ -274,6 +279,7 @@ async fn agent_passes() {
         metrics: Arc::new(Metrics::default()),
         breaker: Arc::new(Mutex::new(Breaker::new(5, Duration::from_secs(60)))),
         plan_options: PlanOptions::default(),
+        enforced: Mutex::new(None),
     };
     let cancel = CancellationToken::new();
     let start = Instant::now();

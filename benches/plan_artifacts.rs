@@ -91,6 +91,7 @@ async fn run() {
             concurrency_per_node: 4,
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(1),
+            scope: proxops_core::scope::Scope::default(),
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

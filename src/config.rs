@@ -13,6 +13,8 @@ pub use proxops_pve::Trust;
 use secrecy::SecretString;
 use serde::Deserialize;
 
+mod scope;
+
 /// Default `[pve] url`: the local node's API.
 pub const DEFAULT_PVE_URL: &str = "https://127.0.0.1:8006";
 /// Default `[pve] ca_file`: the cluster CA present on every PVE node.
@@ -62,6 +64,8 @@ pub struct AgentConfig {
     pub policy: Policy,
     /// Where the cluster's SOPS document and its age identity are.
     pub secrets: SecretsConfig,
+    /// `[scope]`: what the repository may declare, adopt and create.
+    pub scope: proxops_core::scope::Scope,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -246,6 +250,7 @@ struct RawConfig {
     pve: Option<RawPve>,
     policy: Option<RawPolicy>,
     secrets: Option<RawSecrets>,
+    scope: Option<scope::RawScope>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -630,6 +635,12 @@ impl AgentConfig {
             task_timeout,
         };
 
+        let scope = raw
+            .scope
+            .unwrap_or_default()
+            .validate()
+            .map_err(|bad| invalid(bad.key, bad.message))?;
+
         Ok(AgentConfig {
             node,
             cluster: raw.cluster,
@@ -643,8 +654,30 @@ impl AgentConfig {
             pve,
             policy,
             secrets,
+            scope,
         })
     }
+}
+
+/// The `[scope]` of the agent config at `path`, reading nothing else of it (no secret file):
+/// what `proxops validate --config` checks a repository against.
+///
+/// # Errors
+/// The file cannot be read, is not TOML of the config's shape, or `[scope]` is invalid.
+pub fn scope_of(path: &Path) -> Result<proxops_core::scope::Scope, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let raw: RawConfig = toml::from_str(&text).map_err(|e| syntax_error(path, &text, &e))?;
+    raw.scope
+        .unwrap_or_default()
+        .validate()
+        .map_err(|bad| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: bad.key.to_owned(),
+            message: bad.message,
+        })
 }
 
 /// Whether `[source] url` is fetched over ssh: `ssh://` (and git's `git+ssh://`, `ssh+git://`)

@@ -40,6 +40,7 @@ pub mod migrate;
 pub mod observe;
 pub mod output;
 pub mod reconcile;
+pub mod scope;
 pub mod secrets;
 pub mod serve;
 pub mod source;

@@ -59,6 +59,7 @@ impl Context {
                     ..WaitOptions::default()
                 },
                 lock_retry_for: Duration::from_secs(60),
+                scope: config.scope.clone(),
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,
@@ -229,7 +230,9 @@ pub async fn observe_and_plan_with(
         max_prune: options.max_prune,
         restart_on_change: options.restart_on_change,
     };
-    plan::plan(desired, &observed, &inventory, &policy)
+    let plan = plan::plan(desired, &observed, &inventory, &policy);
+    // `[scope]`: no prune outside it, at most `max_creates` creates this pass.
+    proxops_core::scope::restrict(&ctx.execute.scope, desired, plan)
 }
 
 /// Why a pass that asked to apply wrote nothing although the plan has changes, in report mode.
@@ -302,6 +305,11 @@ pub async fn reconcile_once(
     cancel: &CancellationToken,
 ) -> Result<Pass, ReconcileError> {
     let mut desired = desired_state(files, cluster)?;
+    // `[scope]`: a revision outside the operator's scope is invalid, before PVE is read.
+    let outside = crate::scope::check_revision(&ctx.execute.scope, &desired, files).await;
+    if outside.iter().any(Diagnostic::is_error) {
+        return Err(ReconcileError::Invalid(outside));
+    }
     if let Err(error) = resolve_secrets(&mut desired, files, &ctx.secrets) {
         let ReconcileError::Secrets(resolve) = &error else {
             return Err(error);

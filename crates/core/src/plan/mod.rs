@@ -301,6 +301,12 @@ pub enum FindingKind {
     /// A declared field ProxOps accepts but never sends to PVE (no PVE write form, e.g.
     /// `spec.cpu.flags`, `spec.options.nested-virt`): reported so it is not silently lost.
     NotSent,
+    /// An action the operator's `[scope]` does not allow (a prune of an owned guest outside
+    /// `nodes` or `vmids`): never done.
+    OutOfScope,
+    /// A create or clone beyond `[scope] max_creates` this pass (or an action waiting for
+    /// one): a later pass does it.
+    Deferred,
 }
 
 impl FindingKind {
@@ -318,6 +324,8 @@ impl FindingKind {
             FindingKind::Moved => "moved",
             FindingKind::Orphaned => "orphaned",
             FindingKind::NotSent => "not-sent",
+            FindingKind::OutOfScope => "out-of-scope",
+            FindingKind::Deferred => "deferred",
         }
     }
 }
