@@ -64,6 +64,8 @@ pub struct AgentConfig {
     pub policy: Policy,
     /// Where the cluster's SOPS document and its age identity are.
     pub secrets: SecretsConfig,
+    /// `[[notify]]`: where pass results are announced (`crate::notify`).
+    pub notify: Vec<crate::notify::config::NotifyTarget>,
     /// `[scope]`: what the repository may declare, adopt and create.
     pub scope: proxops_core::scope::Scope,
 }
@@ -126,6 +128,10 @@ pub struct HttpConfig {
     /// lower case; `*` admits any. Default: `localhost`, `127.0.0.1`, `[::1]` and the IP of
     /// `[http] listen`. A request naming another host is refused (DNS rebinding).
     pub allowed_hosts: Vec<String>,
+    /// `[http] commit_url`: where the web UI links a commit, with `{sha}` standing for the
+    /// full commit id (e.g. `https://forge.example.org/owner/repo/commit/{sha}`). Unset: the
+    /// UI shows commits without links.
+    pub commit_url: Option<String>,
 }
 
 /// `[pve]`.
@@ -250,6 +256,8 @@ struct RawConfig {
     pve: Option<RawPve>,
     policy: Option<RawPolicy>,
     secrets: Option<RawSecrets>,
+    #[serde(default)]
+    notify: Vec<toml::Table>,
     scope: Option<scope::RawScope>,
 }
 
@@ -285,6 +293,7 @@ struct RawHttp {
     listen: Option<String>,
     token_file: Option<PathBuf>,
     allowed_hosts: Option<Vec<String>>,
+    commit_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -519,9 +528,28 @@ impl AgentConfig {
             }
             None => default_allowed_hosts(listen),
         };
+        let commit_url = raw_http
+            .commit_url
+            .map(|url| {
+                let url = url.trim().to_owned();
+                let scheme_ok = url.starts_with("https://") || url.starts_with("http://");
+                if scheme_ok && url.contains("{sha}") && !url.contains(char::is_whitespace) {
+                    Ok(url)
+                } else {
+                    Err(invalid(
+                        "http.commit_url",
+                        format!(
+                            "`{url}` is not an http(s) URL with `{{sha}}` in it \
+                             (e.g. https://forge.example.org/owner/repo/commit/{{sha}})"
+                        ),
+                    ))
+                }
+            })
+            .transpose()?;
         let http = HttpConfig {
             token,
             allowed_hosts,
+            commit_url,
         };
 
         let raw_pve = raw.pve.ok_or_else(|| {
@@ -635,6 +663,14 @@ impl AgentConfig {
             task_timeout,
         };
 
+        let notify = crate::notify::config::parse(
+            raw.notify,
+            &crate::notify::config::Loader {
+                path,
+                resolve: &resolve,
+                read_secret: &read_secret,
+            },
+        )?;
         let scope = raw
             .scope
             .unwrap_or_default()
@@ -654,6 +690,7 @@ impl AgentConfig {
             pve,
             policy,
             secrets,
+            notify,
             scope,
         })
     }
@@ -1324,6 +1361,33 @@ write_breaker_cool_down = "90s"
             err.contains("http.allowed_hosts: `pve1.example.org:9494` is not a host name"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_commit_url_template_needs_an_http_scheme_and_the_sha_placeholder() {
+        let config = load_with(&format!(
+            "[http]\ncommit_url = \"https://forge.example.org/o/r/commit/{{sha}}\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.http.commit_url.as_deref(),
+            Some("https://forge.example.org/o/r/commit/{sha}")
+        );
+        let err = load_with(&format!(
+            "[http]\ncommit_url = \"https://forge.example.org/o/r/commit/\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("http.commit_url: `https://forge.example.org/o/r/commit/` is not an http(s) URL with `{sha}`"),
+            "{err}"
+        );
+        let err = load_with(&format!(
+            "[http]\ncommit_url = \"javascript:alert({{sha}})\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("http.commit_url"), "{err}");
     }
 
     #[test]

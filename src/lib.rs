@@ -37,6 +37,7 @@ pub mod execute;
 pub mod http;
 pub mod metrics;
 pub mod migrate;
+pub mod notify;
 pub mod observe;
 pub mod output;
 pub mod reconcile;
