@@ -190,6 +190,9 @@ async fn observe_guests(
         guest.template = entry.template.unwrap_or(false);
         guest.lock = entry.lock.filter(|l| !l.is_empty());
         guest.name = entry.name;
+        // Shown only with Pool.Audit on the pool (pve-manager @ 14a22df3
+        // `PVE/API2/Cluster.pm` `resources`).
+        guest.pool = entry.pool.filter(|p| !p.is_empty());
         guests.insert(vmid, guest);
     }
 

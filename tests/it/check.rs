@@ -181,7 +181,7 @@ fn documented_pveum_commands() -> Vec<Vec<String>> {
 }
 
 /// The `pveum` commands of the first `sh` block after `heading` in `file`.
-fn pveum_commands(file: &str, heading: &str) -> Vec<Vec<String>> {
+pub(crate) fn pveum_commands(file: &str, heading: &str) -> Vec<Vec<String>> {
     let doc = std::fs::read_to_string(repo_root().join(file)).unwrap();
     let section = doc
         .split(heading)
@@ -237,7 +237,7 @@ fn shell_words(line: &str) -> Vec<String> {
     words
 }
 
-fn flag<'a>(words: &'a [String], name: &str) -> Option<&'a str> {
+pub(crate) fn flag<'a>(words: &'a [String], name: &str) -> Option<&'a str> {
     words
         .iter()
         .position(|w| w == name)

@@ -24,6 +24,7 @@ mod listener;
 mod migrate;
 mod notify;
 mod one_iso;
+mod pools;
 mod pve_api;
 mod readme;
 mod reliability;

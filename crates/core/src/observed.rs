@@ -60,6 +60,9 @@ pub struct ObservedGuest {
     pub lock: Option<String>,
     /// Its name, when PVE reported one.
     pub name: Option<String>,
+    /// The resource pool `/cluster/resources` reports it in (absent when it is in none, or
+    /// the caller lacks `Pool.Audit` on the pool).
+    pub pool: Option<String>,
     /// `GET .../config` (pending values merged): `None` when not read, `Err` when it failed.
     pub config: Option<Result<LiveConfig, String>>,
     /// The keys with a pending change or delete (`GET .../pending`): `None` when not read.
@@ -78,6 +81,7 @@ impl ObservedGuest {
             tags: BTreeSet::new(),
             lock: None,
             name: None,
+            pool: None,
             config: None,
             pending: None,
         }
