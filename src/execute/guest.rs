@@ -413,6 +413,7 @@ impl GuestRun<'_> {
                 .map(str::to_owned),
             grow: Vec::new(),
             changes: Vec::new(),
+            regenerate_cloudinit: false,
         };
         self.update(&update).await
     }
