@@ -94,6 +94,7 @@ async fn run() {
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
+        read_concurrency: proxops::config::DEFAULT_READ_CONCURRENCY,
     };
     let desired = reconcile::desired_state(&files, None).unwrap();
     let mut timings = Vec::new();
