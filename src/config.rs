@@ -1246,6 +1246,23 @@ write_breaker_cool_down = "90s"
 
     const PVE: &str = "[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\n";
 
+    #[test]
+    fn read_concurrency_is_taken_from_the_pve_section_and_bounded() {
+        let config = load_with(&format!("{PVE}read_concurrency = 3\n")).unwrap();
+        assert_eq!(config.pve.read_concurrency, 3);
+        for bad in [0, MAX_READ_CONCURRENCY + 1] {
+            let err = load_with(&format!("{PVE}read_concurrency = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.ends_with(&format!(
+                    "pve.read_concurrency: {bad}: must be between 1 and {MAX_READ_CONCURRENCY}"
+                )),
+                "{err}"
+            );
+        }
+    }
+
     fn load_with(body: &str) -> Result<AgentConfig, ConfigError> {
         let (_dir, path) = write_config(&format!("node = \"pve1\"\n{body}"));
         AgentConfig::load(&path)

@@ -108,11 +108,11 @@ pub struct WaitOptions {
     pub timeout: Duration,
 }
 
-/// Default shortest gap between polls. Ten tasks in their first second cost pveproxy about
-/// 200 GETs per second at most, each a read of one status file.
+/// Default shortest gap between polls (the first 250 ms of a task with no learnt duration, and
+/// the polls around a learnt one).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// Default longest gap between polls: about the rate at which PVE's own web interface polls a
-/// running task (one status GET per second).
+/// Default longest gap between polls: a task's end is seen at most a second late, and a long
+/// task (a download of minutes) costs one status GET per second.
 pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default overall wait: downloads of large images can take long.
 pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(60 * 60);
