@@ -365,6 +365,23 @@ fn fetch_against_git_cli() {
         cli.push(c);
     }
     ratios.sort_by(f64::total_cmp);
+    // The mirror gains one pack per fetched change (gix never repacks): does that show?
+    let tenth = (agent.len() / 10).max(1);
+    let first = median(&mut agent[..tenth].to_vec());
+    let last = median(&mut agent[agent.len() - tenth..].to_vec());
+    let packs = std::fs::read_dir(source.mirror_path().join("objects/pack"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+                .count()
+        })
+        .unwrap_or(0);
+    println!(
+        "fetch: agent median of the first {tenth} changes {}, of the last {tenth} {}; the \
+         mirror holds {packs} packs",
+        ms(first),
+        ms(last)
+    );
     let (a, c) = (median(&mut agent), median(&mut cli));
     println!(
         "fetch of one change over git://127.0.0.1, {} changes, load {load_before} → {}: agent \
@@ -431,6 +448,14 @@ async fn idle_rss() {
             .unwrap_or(0)
     };
     let first = rss(agent.id());
+    let field = |pid: u32, name: &str| -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default()
+    };
     let threads = |pid: u32| -> String {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_default()
@@ -456,10 +481,12 @@ async fn idle_rss() {
     println!(
         "idle agent, 1 s polling of an unchanged repository for {secs} s ({} passes): \
          RSS {} KiB after the first pass, {} KiB at the end, peak {peak} KiB (sampled every \
-         10 s); {} threads; load {}",
+         10 s; of it RssAnon {}, RssFile {}); {} threads; load {}",
         revisions.as_array().map_or(0, Vec::len),
         first,
         rss(agent.id()),
+        field(agent.id(), "RssAnon:"),
+        field(agent.id(), "RssFile:"),
         threads(agent.id()),
         load_average(),
     );
