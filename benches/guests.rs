@@ -275,6 +275,7 @@ async fn agent_passes() {
         metrics: Arc::new(Metrics::default()),
         breaker: Arc::new(Mutex::new(Breaker::new(5, Duration::from_secs(60)))),
         plan_options: PlanOptions::default(),
+        enforced: Mutex::new(None),
     };
     let cancel = CancellationToken::new();
     let start = Instant::now();

@@ -155,6 +155,12 @@ pub fn print_status(status: &crate::http::StatusJson) {
     };
     println!("last applied:   {}", pass(&status.last_applied));
     println!("last attempted: {}", pass(&status.last_attempted));
+    if let Some(enforced) = &status.enforced_commit {
+        println!("in force:       {enforced}");
+    }
+    if let Some(invalid) = &status.head_invalid {
+        print!("{}", invalid_head_text(invalid));
+    }
     if status.desired_stale {
         println!(
             "DESIRED STATE IS STALE: {}",
@@ -165,6 +171,7 @@ pub fn print_status(status: &crate::http::StatusJson) {
         .last_attempted
         .as_ref()
         .and_then(|p| p.error.as_deref())
+        .filter(|_| status.head_invalid.is_none())
     {
         println!("last attempt failed: {error}");
     }
@@ -190,6 +197,20 @@ pub fn print_status(status: &crate::http::StatusJson) {
     println!("open drift findings: {}", status.open_findings);
 }
 
+/// The invalid-HEAD state for people: the sentence, then each diagnostic on its own line
+/// (`path:line:col: error: field: message`, with its `help:` below). A HEAD refused without
+/// diagnostics has its reason in the sentence.
+pub fn invalid_head_text(invalid: &crate::agent::status::InvalidHead) -> String {
+    let mut text = format!("{}\n", invalid.summary);
+    for d in &invalid.diagnostics {
+        text.push_str(&format!("  {}\n", d.rendered));
+        if let Some(help) = &d.help {
+            text.push_str(&format!("    help: {help}\n"));
+        }
+    }
+    text
+}
+
 /// Prints `proxops drift`.
 pub fn print_drift(drift: &crate::http::DriftListJson) {
     if drift.open.is_empty() {
@@ -203,12 +224,43 @@ pub fn print_drift(drift: &crate::http::DriftListJson) {
     }
     for d in &drift.resolved {
         println!(
-            "  resolved {} {} on {} at {} ({})",
+            "  resolved {} {} {} on {} at {} ({})",
             d.kind,
             d.resource,
+            d.field,
             d.node,
             d.resolved_at.as_deref().unwrap_or("-"),
             d.resolved_how.as_deref().unwrap_or("-")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proxops_core::diagnostic::Diagnostic;
+
+    use super::*;
+    use crate::agent::status::InvalidHead;
+
+    #[test]
+    fn an_invalid_head_reads_as_its_sentence_then_one_line_per_diagnostic_with_help() {
+        let diagnostics = [
+            Diagnostic::error("vm/web.yaml", 4, 3, "spec.memroy", "unknown field")
+                .with_help("did you mean `memory`?"),
+            Diagnostic::error("vm/web.yaml", 9, 1, "", "not a mapping"),
+        ];
+        let invalid = InvalidHead::new(
+            "1a2b3c4d5e",
+            "the revision is invalid",
+            &diagnostics,
+            Some(("4d5e6f7a8b", true)),
+        );
+        assert_eq!(
+            invalid_head_text(&invalid),
+            "HEAD 1a2b3c4 is invalid (2 errors); enforcing 4d5e6f7, last applied\n\
+             \x20 vm/web.yaml:4:3: error: spec.memroy: unknown field\n\
+             \x20   help: did you mean `memory`?\n\
+             \x20 vm/web.yaml:9:1: error: not a mapping\n"
         );
     }
 }

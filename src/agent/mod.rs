@@ -152,6 +152,7 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             metrics: kept.metrics,
             breaker: kept.breaker,
             plan_options: PlanOptions::from_config(config),
+            enforced: Mutex::new(None),
         },
         schedule,
     })

@@ -11,12 +11,12 @@ use std::time::SystemTime;
 
 use proxops_core::diagnostic::Diagnostic;
 use proxops_core::manifest::{Placement, Spec};
-use proxops_core::plan::{Action, FindingKind, NodeScope, Plan};
+use proxops_core::plan::{Action, Finding, FindingKind, NodeScope, Plan, Verb};
 use proxops_core::repository::DesiredState;
 use proxops_core::resource::ResourceId;
 use proxops_store::{
-    ActionId, ActionOutcome, PassCounts, PassId, PassOutcome, SharedStore, Store, StoreError,
-    Trigger,
+    ActionId, ActionOutcome, DriftRecord, PassCounts, PassId, PassOutcome, Resolution, SharedStore,
+    Store, StoreError, Trigger,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -55,6 +55,10 @@ pub struct PassDeps {
     /// so guests the Go program created are recognised; each pass adds how the store says
     /// this agent created its guests.
     pub plan_options: PlanOptions,
+    /// The last revision that validated: enforced while HEAD is invalid. Empty after a
+    /// start or reload until a pass needs it; it is then read from the mirror at the commit
+    /// the store recorded as last enforced.
+    pub enforced: Mutex<Option<Revision>>,
 }
 
 impl PassDeps {
@@ -203,6 +207,10 @@ struct Ended {
     /// The invalid revision's diagnostics.
     diagnostics: Vec<Diagnostic>,
     objects: Vec<status::ObjectStatus>,
+    /// The revision whose desired state the pass enforced, and how that ended.
+    enforced: Option<(String, PassOutcome)>,
+    /// HEAD was refused: what every view says about it.
+    head_invalid: Option<status::InvalidHead>,
 }
 
 impl Ended {
@@ -218,6 +226,8 @@ impl Ended {
             writes_held_back: None,
             diagnostics: Vec::new(),
             objects: Vec::new(),
+            enforced: None,
+            head_invalid: None,
         }
     }
 }
@@ -273,7 +283,11 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
 }
 
 /// The phases after the fetch: validate, observe and plan, gate and execute, through the one
-/// pipeline, with the agent's hooks.
+/// pipeline, with the agent's hooks. When the revision is refused (invalid, or a secret
+/// reference that does not resolve), the last valid revision stays in force: the same
+/// pipeline runs on its files, so drift is observed, recorded and (per policy) corrected
+/// against it, and the pass is recorded as what it was (outcome `invalid`, with HEAD's
+/// diagnostics, the revision it enforced and that revision's actions and findings).
 async fn reconcile(
     deps: &PassDeps,
     pass: PassId,
@@ -281,6 +295,96 @@ async fn reconcile(
     cancel: &CancellationToken,
 ) -> Ended {
     let commit = revision.commit.clone();
+    let (result, gated) = enforce(deps, pass, revision, cancel).await;
+    let error = match result {
+        Ok(done) => {
+            *lock(&deps.enforced) = Some(revision.clone());
+            let mut ended = ran(deps, commit.clone(), &done, gated, cancel);
+            ended.enforced = Some((commit, ended.outcome));
+            return ended;
+        }
+        Err(error) => error,
+    };
+    let text = error_text(&error);
+    let diagnostics = match error {
+        ReconcileError::Invalid(diagnostics) => diagnostics,
+        _ => Vec::new(),
+    };
+    let in_force = match last_valid(deps, &commit).await {
+        Some(valid) => {
+            tracing::warn!(
+                error = %text,
+                enforced = %short(&valid.commit),
+                "revision not applied; the last valid revision stays in force"
+            );
+            let (result, gated) = enforce(deps, pass, &valid, cancel).await;
+            match result {
+                Ok(done) => Some((valid.commit.clone(), done, gated)),
+                Err(again) => {
+                    tracing::warn!(error = %error_text(&again), enforced = %short(&valid.commit), "the last valid revision is refused too; nothing is enforced");
+                    None
+                }
+            }
+        }
+        None => {
+            tracing::warn!(error = %text, "revision not applied; no earlier valid revision to enforce");
+            None
+        }
+    };
+    let mut ended = match in_force {
+        Some((valid, done, gated)) => {
+            let mut ended = ran(deps, valid.clone(), &done, gated, cancel);
+            ended.enforced = Some((valid, ended.outcome));
+            ended
+        }
+        None => Ended {
+            end: PassEnd::Invalid,
+            outcome: PassOutcome::Invalid,
+            commit: None,
+            counts: PassCounts::default(),
+            note: None,
+            abort_reason: None,
+            writes_held_back: None,
+            diagnostics: Vec::new(),
+            objects: Vec::new(),
+            enforced: None,
+            head_invalid: None,
+        },
+    };
+    let last_applied = with_store(&deps.store, |s| {
+        log_store_error(s.last_applied(&deps.node_label))
+    })
+    .flatten()
+    .and_then(|p| p.commit);
+    let enforced = ended.enforced.as_ref().map(|(c, _)| c.as_str());
+    ended.head_invalid = Some(status::InvalidHead::new(
+        &commit,
+        &text,
+        &diagnostics,
+        enforced.map(|c| (c, last_applied.as_deref() == Some(c))),
+    ));
+    // The pass is what it was: HEAD refused. Its actions and findings are the enforced
+    // revision's; a failure of those is the note, else the refusal.
+    ended.outcome = PassOutcome::Invalid;
+    ended.commit = Some(commit);
+    ended.note = Some(match (ended.note.take(), &ended.enforced) {
+        (Some(note), Some((valid, _))) => format!("{text}; enforcing {}: {note}", short(valid)),
+        _ => text.clone(),
+    });
+    ended.abort_reason = ended.abort_reason.take().or(Some(text));
+    ended.diagnostics = diagnostics;
+    ended
+}
+
+/// Runs the one pipeline on `revision`: validate, observe and plan, gate and execute, with
+/// the agent's hooks recording the findings against `revision`; corrected drift is resolved
+/// as corrected by `pass`.
+async fn enforce(
+    deps: &PassDeps,
+    pass: PassId,
+    revision: &Revision,
+    cancel: &CancellationToken,
+) -> (Result<reconcile::Pass, ReconcileError>, Option<GateSummary>) {
     // How the owned guests were created, for requires-recreate findings (PVE keeps no
     // clone source, CT template or imported image); unreadable → nothing compared.
     let mut options = deps.plan_options.clone();
@@ -289,7 +393,7 @@ async fn reconcile(
     let mut hooks = AgentHooks {
         deps,
         pass,
-        commit: &commit,
+        commit: &revision.commit,
         gated: None,
     };
     let progress = recording_progress(deps, pass, cancel.clone());
@@ -304,30 +408,58 @@ async fn reconcile(
         cancel,
     )
     .await;
-    let done = match result {
-        Ok(done) => done,
-        Err(error) => {
-            let text = error_text(&error);
-            tracing::warn!(error = %text, "revision not applied");
-            let diagnostics = match error {
-                ReconcileError::Invalid(diagnostics) => diagnostics,
-                _ => Vec::new(),
-            };
-            return Ended {
-                end: PassEnd::Invalid,
-                outcome: PassOutcome::Invalid,
-                commit: Some(commit),
-                counts: PassCounts::default(),
-                note: None,
-                abort_reason: Some(text),
-                writes_held_back: None,
-                diagnostics,
-                objects: Vec::new(),
-            };
+    if let Ok(done) = &result
+        && let Some(report) = &done.report
+    {
+        record_corrected(deps, pass, report);
+    }
+    (result, hooks.gated)
+}
+
+/// The last valid revision other than `head`, to enforce while `head` is refused: the one
+/// in memory, or (after a start or reload) the commit the store recorded as last enforced,
+/// read again from the mirror.
+async fn last_valid(deps: &PassDeps, head: &str) -> Option<Revision> {
+    if let Some(valid) = lock(&deps.enforced).clone() {
+        return (valid.commit != head).then_some(valid);
+    }
+    let recorded = with_store(&deps.store, |s| {
+        log_store_error(s.last_enforced(&deps.node_label))
+    })
+    .flatten()?;
+    let commit = recorded.enforced_commit()?.to_owned();
+    if commit == head {
+        return None;
+    }
+    let source = deps.source.clone();
+    let read = tokio::task::spawn_blocking(move || source.revision_at(&commit)).await;
+    match read {
+        Ok(Ok(Some(revision))) => {
+            *lock(&deps.enforced) = Some(revision.clone());
+            Some(revision)
         }
-    };
-    let gated = hooks.gated;
-    ran(deps, commit, &done, gated, cancel)
+        Ok(Ok(None)) => {
+            tracing::warn!(
+                commit = recorded.enforced_commit().unwrap_or_default(),
+                "the last enforced revision is not in the git mirror; nothing is enforced"
+            );
+            None
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(error = %error_text(&error), "reading the last enforced revision from the git mirror failed");
+            None
+        }
+        Err(join) => {
+            tracing::warn!(error = %join, "reading the last enforced revision failed");
+            None
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How a pass that planned ended: aborted before any write, interrupted, or ran (what
@@ -403,6 +535,8 @@ fn ran(
         writes_held_back: held_reason,
         diagnostics: Vec::new(),
         objects,
+        enforced: None,
+        head_invalid: None,
     }
 }
 
@@ -415,8 +549,14 @@ fn record(deps: &PassDeps, pass: PassId, started: SystemTime, ended: Ended) -> V
         if let Some(note) = &ended.note {
             log_store_error(s.note_error(pass, note));
         }
+        if let Some((commit, outcome)) = &ended.enforced {
+            log_store_error(s.note_enforced(pass, commit, Some(*outcome)));
+        }
         log_store_error(s.finish_pass(pass, ended.outcome, ended.counts, SystemTime::now()))
     });
+    if let Some(invalid) = &ended.head_invalid {
+        tracing::warn!(summary = %invalid.summary, "HEAD is not applied");
+    }
     let mut last = last_pass(
         ended.commit,
         started,
@@ -426,6 +566,8 @@ fn record(deps: &PassDeps, pass: PassId, started: SystemTime, ended: Ended) -> V
     );
     // Writes held back by the breaker are not an abort: the pass observed and recorded.
     last.writes_held_back = ended.writes_held_back;
+    last.enforced_commit = ended.enforced.map(|(commit, _)| commit);
+    last.head_invalid = ended.head_invalid;
     deps.live.finish(last);
     tracing::info!(outcome = ended.outcome.as_str(), "pass finished");
     Verdict::of(&ended.end)
@@ -452,7 +594,7 @@ struct AgentHooks<'a> {
 impl Hooks for AgentHooks<'_> {
     fn planned(&mut self, desired: &DesiredState, plan: &Plan) {
         if plan.aborted.is_none() {
-            record_findings(self.deps, desired, plan, self.commit);
+            record_findings(self.deps, self.pass, desired, plan, self.commit);
         }
     }
 
@@ -487,8 +629,16 @@ impl Hooks for AgentHooks<'_> {
     }
 }
 
-/// Records findings for every node the pass covers, so findings that went away resolve.
-fn record_findings(deps: &PassDeps, desired: &DesiredState, plan: &Plan, commit: &str) {
+/// Records findings for every node the pass covers, so findings that went away resolve:
+/// the plan's findings and its drift (each changed field of an update, [`drift_of`]),
+/// against `commit`, the revision enforced.
+fn record_findings(
+    deps: &PassDeps,
+    pass: PassId,
+    desired: &DesiredState,
+    plan: &Plan,
+    commit: &str,
+) {
     let mut nodes: BTreeSet<String> = match &deps.context.scope {
         NodeScope::Node(node) => [node.clone()].into(),
         NodeScope::All => placements(desired, &NodeScope::All)
@@ -496,7 +646,10 @@ fn record_findings(deps: &PassDeps, desired: &DesiredState, plan: &Plan, commit:
             .flat_map(|(_, n, _)| n)
             .collect(),
     };
-    nodes.extend(plan.findings.iter().map(|f| f.node.clone()));
+    let mut all = plan.findings.clone();
+    all.extend(drift_of(plan));
+    nodes.extend(all.iter().map(|f| f.node.clone()));
+    let declared: BTreeSet<&ResourceId> = desired.manifest.resources().map(|r| &r.id).collect();
     let now = SystemTime::now();
     with_store(&deps.store, |s| {
         if let NodeScope::All = deps.context.scope {
@@ -506,13 +659,81 @@ fn record_findings(deps: &PassDeps, desired: &DesiredState, plan: &Plan, commit:
             }
         }
         for node in &nodes {
-            let findings: Vec<_> = plan
-                .findings
-                .iter()
-                .filter(|f| &f.node == node)
-                .cloned()
-                .collect();
-            log_store_error(s.record_findings(node, Some(commit), now, &findings));
+            let findings: Vec<_> = all.iter().filter(|f| &f.node == node).cloned().collect();
+            let how = |record: &DriftRecord| resolution(record, &declared, commit);
+            log_store_error(s.record_pass_findings(pass, node, Some(commit), now, &findings, how));
+        }
+    });
+}
+
+/// How an open finding that a pass no longer reports was resolved: its resource is no
+/// longer declared (gone); a finding other than drift simply is not reported any more;
+/// drift last seen against another revision was resolved by the manifest changing; drift
+/// under the same revision, with no write of ours in between, was fixed in PVE by someone
+/// else (a correction by this agent is resolved by the pass that wrote it,
+/// [`record_corrected`], before any later pass looks).
+fn resolution(record: &DriftRecord, declared: &BTreeSet<&ResourceId>, commit: &str) -> Resolution {
+    if !declared.contains(&record.resource) {
+        Resolution::Gone
+    } else if record.kind != FindingKind::Drift.name() {
+        Resolution::Corrected
+    } else if record.last_seen_commit.as_deref() != Some(commit) {
+        Resolution::ManifestChanged
+    } else {
+        Resolution::FixedInPve
+    }
+}
+
+/// The drift a plan would correct, as findings: one `drift` finding per changed field of
+/// each update (what PVE has, what the revision wants), so drift has a history whether it
+/// is corrected at once (apply mode) or only reported (report mode, a declined write).
+pub(crate) fn drift_of(plan: &Plan) -> Vec<Finding> {
+    plan.actions()
+        .filter_map(|action| match &action.verb {
+            Verb::Update(update) => Some((action, update)),
+            _ => None,
+        })
+        .flat_map(|(action, update)| {
+            update.changes.iter().map(move |change| Finding {
+                resource: action.resource.clone(),
+                node: action.node.clone(),
+                kind: FindingKind::Drift,
+                field: change.field.clone(),
+                desired: change.desired.clone(),
+                observed: change.observed.clone(),
+                message: format!(
+                    "{} is {} in PVE, {} in the revision",
+                    change.field,
+                    or_absent(&change.observed),
+                    or_absent(&change.desired)
+                ),
+            })
+        })
+        .collect()
+}
+
+fn or_absent(value: &str) -> &str {
+    if value.is_empty() { "absent" } else { value }
+}
+
+/// Resolves the drift each succeeded update of `report` wrote as corrected by `pass`.
+fn record_corrected(deps: &PassDeps, pass: PassId, report: &ApplyReport) {
+    let now = SystemTime::now();
+    with_store(&deps.store, |s| {
+        for result in &report.results {
+            let (Outcome::Succeeded { .. }, Verb::Update(update)) =
+                (&result.outcome, &result.action.verb)
+            else {
+                continue;
+            };
+            let fields = update.changes.iter().map(|c| c.field.as_str());
+            log_store_error(s.resolve_corrected(
+                pass,
+                &result.action.node,
+                &result.action.resource,
+                fields,
+                now,
+            ));
         }
     });
 }
@@ -641,6 +862,8 @@ fn last_pass(
         objects,
         abort_reason,
         writes_held_back: None,
+        enforced_commit: None,
+        head_invalid: None,
     }
 }
 

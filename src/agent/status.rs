@@ -1,13 +1,18 @@
 //! What the agent knows about itself right now, shared with the HTTP status API: process
-//! start, the last pass in memory (for the Go program's `/status` shape), staleness and the
-//! last error. Durable history lives in the store; this is only the live view.
+//! start, the last pass in memory (for the Go program's `/status` shape), staleness, the
+//! last error, and whether HEAD is invalid with another revision in force
+//! ([`InvalidHead`]). Durable history lives in the store; this is only the live view.
+//!
+//! [`DiagnosticView`] and [`InvalidHead`] are the one JSON shape of a diagnostic and of the
+//! invalid-HEAD state, used by `/status`, `/api/v1/*`, `proxops status` and the page.
 
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
+use proxops_core::diagnostic::Diagnostic;
 use proxops_core::plan::{FindingKind, Plan};
 use proxops_core::resource::ResourceId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::agent::breaker::Breaker;
 use crate::execute::{ApplyReport, Outcome};
@@ -24,6 +29,7 @@ pub struct LiveStatus {
 #[derive(Debug, Default)]
 struct Inner {
     last: Option<LastPass>,
+    head_invalid: Option<InvalidHead>,
     desired_stale: bool,
     last_error: Option<String>,
     passes_completed: u64,
@@ -68,6 +74,117 @@ impl BreakerView {
     }
 }
 
+/// One diagnostic as every JSON view shows it: its parts, and `rendered`, the one line
+/// `path:line:col: error: field: message` ([`Diagnostic::headline`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiagnosticView {
+    /// Repository-relative path.
+    pub path: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// `error` or `warning`.
+    pub severity: String,
+    /// Field path inside the document (empty for whole-file problems).
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it, when known.
+    #[serde(default)]
+    pub help: Option<String>,
+    /// `path:line:col: error: field: message`.
+    pub rendered: String,
+}
+
+impl From<&Diagnostic> for DiagnosticView {
+    fn from(d: &Diagnostic) -> Self {
+        Self {
+            path: d.path.clone(),
+            line: d.line,
+            column: d.column,
+            severity: d.severity.as_str().to_owned(),
+            field: d.field.clone(),
+            message: d.message.clone(),
+            help: d.help.clone(),
+            rendered: d.headline(),
+        }
+    }
+}
+
+/// HEAD was refused (invalid, or a reference that does not resolve) and the last valid
+/// revision stays in force, as the views say it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidHead {
+    /// The commit fetched and refused.
+    pub commit: String,
+    /// Why it was refused, as one sentence.
+    pub reason: String,
+    /// Its errors (empty when it was refused for another reason than validation, e.g. a
+    /// secret reference that does not resolve: `reason` says which).
+    pub diagnostics: Vec<DiagnosticView>,
+    /// The commit whose desired state passes observe and enforce meanwhile; `None` when no
+    /// revision was valid before (nothing is enforced then).
+    pub enforced_commit: Option<String>,
+    /// Whether `enforced_commit` is the last applied revision (`false`: the last valid one,
+    /// whose last pass did not apply everything).
+    pub enforced_is_last_applied: bool,
+    /// `HEAD 1a2b3c4 is invalid (2 errors); enforcing 4d5e6f7, last applied`.
+    pub summary: String,
+}
+
+impl InvalidHead {
+    /// The state for HEAD `commit` refused for `reason` with `diagnostics`, with `enforced`
+    /// (commit, whether it is the last applied one) in force.
+    pub fn new(
+        commit: &str,
+        reason: &str,
+        diagnostics: &[Diagnostic],
+        enforced: Option<(&str, bool)>,
+    ) -> Self {
+        Self {
+            commit: commit.to_owned(),
+            reason: reason.to_owned(),
+            diagnostics: diagnostics.iter().map(DiagnosticView::from).collect(),
+            enforced_commit: enforced.map(|(c, _)| c.to_owned()),
+            enforced_is_last_applied: enforced.is_some_and(|(_, applied)| applied),
+            summary: invalid_head_summary(commit, reason, diagnostics, enforced),
+        }
+    }
+}
+
+/// The one sentence every view shows for an invalid HEAD:
+/// `HEAD 1a2b3c4 is invalid (2 errors); enforcing 4d5e6f7, last applied`. A HEAD refused
+/// without diagnostics (a secret reference, no cluster chosen) names its reason instead of
+/// the error count; without an enforced revision the sentence says nothing is enforced.
+pub fn invalid_head_summary(
+    commit: &str,
+    reason: &str,
+    diagnostics: &[Diagnostic],
+    enforced: Option<(&str, bool)>,
+) -> String {
+    let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+    let why = if errors > 0 {
+        format!(
+            "is invalid ({errors} {})",
+            if errors == 1 { "error" } else { "errors" }
+        )
+    } else {
+        format!("is not applied ({reason})")
+    };
+    let rest = match enforced {
+        Some((enforced, true)) => format!("enforcing {}, last applied", short(enforced)),
+        Some((enforced, false)) => format!("enforcing {}, last valid", short(enforced)),
+        None => "nothing is enforced: no earlier revision was valid".to_owned(),
+    };
+    format!("HEAD {} {why}; {rest}", short(commit))
+}
+
+/// The 7-character abbreviation views use for a commit.
+pub fn short(commit: &str) -> &str {
+    commit.get(..7).unwrap_or(commit)
+}
+
 /// The last finished pass, summarised for `/status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct LastPass {
@@ -85,6 +202,11 @@ pub struct LastPass {
     pub abort_reason: Option<String>,
     /// Why the write circuit breaker held some of the pass's writes back, if it did.
     pub writes_held_back: Option<String>,
+    /// The commit whose desired state the pass enforced (`commit`, or the last valid one
+    /// while `commit` is invalid); `None` when it enforced nothing.
+    pub enforced_commit: Option<String>,
+    /// Set when `commit` was refused: its diagnostics and what was enforced instead.
+    pub head_invalid: Option<InvalidHead>,
 }
 
 /// One object of the Go program's `/status` shape.
@@ -125,11 +247,17 @@ impl LiveStatus {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Records a finished pass.
+    /// Records a finished pass (and with it whether HEAD is invalid now).
     pub fn finish(&self, last: LastPass) {
         let mut inner = self.lock();
+        inner.head_invalid = last.head_invalid.clone();
         inner.last = Some(last);
         inner.passes_completed += 1;
+    }
+
+    /// HEAD's refusal and the revision in force instead, when the last pass refused HEAD.
+    pub fn head_invalid(&self) -> Option<InvalidHead> {
+        self.lock().head_invalid.clone()
     }
 
     /// Records the last git error (`None` after a good fetch) and whether the desired state
@@ -221,4 +349,59 @@ pub fn objects(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_errors() -> Vec<Diagnostic> {
+        vec![
+            Diagnostic::error("vm/web.yaml", 4, 3, "spec.memroy", "unknown field"),
+            Diagnostic::error("vm/web.yaml", 9, 1, "spec.cores", "not a number"),
+        ]
+    }
+
+    #[test]
+    fn the_invalid_head_sentence_names_head_its_errors_and_the_revision_in_force() {
+        let head = "1a2b3c4d5e6f";
+        let enforced = "4d5e6f7a8b9c";
+        assert_eq!(
+            invalid_head_summary(head, "x", &two_errors(), Some((enforced, true))),
+            "HEAD 1a2b3c4 is invalid (2 errors); enforcing 4d5e6f7, last applied"
+        );
+        assert_eq!(
+            invalid_head_summary(head, "x", &two_errors()[..1], Some((enforced, false))),
+            "HEAD 1a2b3c4 is invalid (1 error); enforcing 4d5e6f7, last valid"
+        );
+        assert_eq!(
+            invalid_head_summary(head, "secret ref `a` is not in the SOPS file", &[], None),
+            "HEAD 1a2b3c4 is not applied (secret ref `a` is not in the SOPS file); nothing is \
+             enforced: no earlier revision was valid"
+        );
+    }
+
+    #[test]
+    fn an_invalid_head_lists_each_diagnostic_rendered_on_one_line() {
+        let state = InvalidHead::new(
+            "1a2b3c4d",
+            "invalid",
+            &two_errors(),
+            Some(("4d5e6f7a", true)),
+        );
+        let rendered: Vec<_> = state
+            .diagnostics
+            .iter()
+            .map(|d| d.rendered.as_str())
+            .collect();
+        assert_eq!(
+            rendered,
+            [
+                "vm/web.yaml:4:3: error: spec.memroy: unknown field",
+                "vm/web.yaml:9:1: error: spec.cores: not a number"
+            ]
+        );
+        assert_eq!(state.enforced_commit.as_deref(), Some("4d5e6f7a"));
+        assert!(state.enforced_is_last_applied);
+    }
 }

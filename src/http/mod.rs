@@ -16,17 +16,19 @@ pub mod serve;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use proxops_pve::PveClient;
-use proxops_store::{DriftRecord, PassSummary, SharedStore};
+use proxops_store::{
+    ActionOutcome, ActionRecord, DriftRecord, PassId, PassOutcome, PassSummary, SharedStore,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::agent::status::{BreakerView, LiveStatus};
+use crate::agent::status::{BreakerView, DiagnosticView, InvalidHead, LiveStatus};
 use crate::metrics::{Metrics, Scraped};
 use crate::timefmt::rfc3339;
 use crate::webhook::{WebhookMetrics, WebhookState};
@@ -68,6 +70,8 @@ fn api_router(state: HttpState) -> Router {
         .route("/status", get(go_status))
         .route("/api/v1/status", get(api_status))
         .route("/api/v1/revisions", get(api_revisions))
+        .route("/api/v1/revisions/{id}", get(api_revision))
+        .route("/api/v1/passes/{id}", get(api_pass))
         .route("/api/v1/drift", get(api_drift))
         .with_state(state)
 }
@@ -115,6 +119,18 @@ pub struct PassJson {
     /// The write circuit breaker when the pass was about to write.
     #[serde(default)]
     pub write_breaker: Option<String>,
+    /// The commit whose desired state the pass observed and enforced: `commit` when it
+    /// validated, the last valid revision while `commit` was invalid, `None` when nothing
+    /// was enforced.
+    #[serde(default)]
+    pub enforced_commit: Option<String>,
+    /// How enforcing `enforced_commit` ended (`applied`, `no-change`, `failed`,
+    /// `interrupted`); the pass's `outcome` stays `invalid` when `commit` was.
+    #[serde(default)]
+    pub enforced_outcome: Option<String>,
+    /// The diagnostics that made `commit` invalid.
+    #[serde(default)]
+    pub diagnostics: Vec<DiagnosticView>,
 }
 
 impl From<&PassSummary> for PassJson {
@@ -137,8 +153,105 @@ impl From<&PassSummary> for PassJson {
             source_error: p.notes.source_error.clone(),
             error: p.notes.error.clone(),
             write_breaker: p.notes.write_breaker.map(|b| b.as_str().to_owned()),
+            enforced_commit: p.enforced_commit().map(str::to_owned),
+            enforced_outcome: p
+                .enforced
+                .as_ref()
+                .and_then(|e| e.outcome)
+                .or(p.outcome.filter(|_| p.enforced_commit().is_some()))
+                .map(|o| o.as_str().to_owned()),
+            diagnostics: p.diagnostics.iter().map(DiagnosticView::from).collect(),
         }
     }
+}
+
+/// An action of a pass as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ActionJson {
+    /// Store id.
+    pub id: i64,
+    /// The pass it belongs to.
+    pub pass_id: i64,
+    /// `Kind/name`.
+    pub resource: String,
+    /// Node it ran on.
+    pub node: String,
+    /// `create`, `update`, …
+    pub verb: String,
+    /// Why, as the plan said.
+    pub reason: String,
+    /// The PVE task, when one was started.
+    pub upid: Option<String>,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339, when it ended.
+    pub ended_at: Option<String>,
+    /// Milliseconds from start to end, when it ended.
+    pub duration_ms: Option<u64>,
+    /// `succeeded`, `failed`, `skipped`; `None` while it runs.
+    pub result: Option<String>,
+    /// PVE's exit status, when it succeeded.
+    pub exitstatus: Option<String>,
+    /// The error (failed) or the reason (skipped).
+    pub error: Option<String>,
+}
+
+impl From<&ActionRecord> for ActionJson {
+    fn from(a: &ActionRecord) -> Self {
+        let (exitstatus, error) = match &a.outcome {
+            Some(ActionOutcome::Succeeded { exitstatus }) => (Some(exitstatus.clone()), None),
+            Some(ActionOutcome::Failed { error }) => (None, Some(error.clone())),
+            Some(ActionOutcome::Skipped { reason }) => (None, Some(reason.clone())),
+            None => (None, None),
+        };
+        Self {
+            id: a.id.0,
+            pass_id: a.pass_id.0,
+            resource: a.resource.to_string(),
+            node: a.node.clone(),
+            verb: a.verb.clone(),
+            reason: a.reason.clone(),
+            upid: a.upid.clone(),
+            started_at: rfc3339(a.started_at),
+            ended_at: a.ended_at.map(rfc3339),
+            duration_ms: a.ended_at.and_then(|end| {
+                end.duration_since(a.started_at)
+                    .ok()
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            }),
+            result: a.outcome.as_ref().map(|o| o.as_str().to_owned()),
+            exitstatus,
+            error,
+        }
+    }
+}
+
+/// `/api/v1/passes/{id}`: one pass with what it did and found.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PassDetailJson {
+    /// The pass (with its diagnostics when its commit was invalid).
+    pub pass: PassJson,
+    /// Set when the pass's commit was refused: the sentence and what was enforced.
+    pub head_invalid: Option<InvalidHead>,
+    /// Its actions, in the order they started.
+    pub actions: Vec<ActionJson>,
+    /// The findings it opened, saw last or resolved.
+    pub findings: Vec<DriftJson>,
+}
+
+/// `/api/v1/revisions/{id}`: one commit (full sha or unique prefix) and its latest pass.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RevisionJson {
+    /// The full commit.
+    pub commit: String,
+    /// Whether the commit validated (`false` when its latest fetch found it invalid).
+    pub valid: bool,
+    /// Its diagnostics, when it was invalid.
+    pub diagnostics: Vec<DiagnosticView>,
+    /// The latest pass that fetched or enforced it, in detail.
+    pub latest: PassDetailJson,
+    /// The latest passes (at most 20) that fetched or enforced it, newest first.
+    pub passes: Vec<PassJson>,
 }
 
 /// A drift finding as the API shows it.
@@ -166,8 +279,25 @@ pub struct DriftJson {
     pub last_seen_at: String,
     /// RFC 3339, when resolved.
     pub resolved_at: Option<String>,
-    /// How it was resolved.
+    /// How it was resolved, for people: `corrected by pass 12`, `manifest changed`,
+    /// `fixed in PVE`, `gone`, `no longer reported`.
     pub resolved_how: Option<String>,
+    /// The same as one word: `corrected-by-pass`, `manifest-changed`, `fixed-in-pve`,
+    /// `gone`, `corrected` (who corrected it is not known).
+    #[serde(default)]
+    pub resolution: Option<String>,
+    /// Last seen commit.
+    #[serde(default)]
+    pub last_seen_commit: Option<String>,
+    /// The pass that first reported it.
+    #[serde(default)]
+    pub first_seen_pass: Option<i64>,
+    /// The pass that last reported it.
+    #[serde(default)]
+    pub last_seen_pass: Option<i64>,
+    /// The pass that resolved it (corrected it, or no longer found it).
+    #[serde(default)]
+    pub resolved_pass: Option<i64>,
 }
 
 impl From<&DriftRecord> for DriftJson {
@@ -184,7 +314,12 @@ impl From<&DriftRecord> for DriftJson {
             first_seen_at: rfc3339(d.first_seen_at),
             last_seen_at: rfc3339(d.last_seen_at),
             resolved_at: d.resolved_at.map(rfc3339),
-            resolved_how: d.resolved_how.map(|h| h.as_str().to_owned()),
+            resolved_how: d.resolved_how.map(|h| h.to_string()),
+            resolution: d.resolved_how.map(|h| h.word().to_owned()),
+            last_seen_commit: d.last_seen_commit.clone(),
+            first_seen_pass: d.first_seen_pass.map(|p| p.0),
+            last_seen_pass: d.last_seen_pass.map(|p| p.0),
+            resolved_pass: d.resolved_pass.map(|p| p.0),
         }
     }
 }
@@ -215,6 +350,14 @@ pub struct StatusJson {
     /// The last pass that found the branch force-pushed.
     #[serde(default)]
     pub last_force_push: Option<PassJson>,
+    /// The commit whose desired state is in force: HEAD when it is valid, the last valid
+    /// revision while HEAD is invalid.
+    #[serde(default)]
+    pub enforced_commit: Option<String>,
+    /// Set while HEAD is refused: its diagnostics, the revision enforced instead, and the
+    /// sentence every view shows.
+    #[serde(default)]
+    pub head_invalid: Option<InvalidHead>,
 }
 
 /// `/api/v1/drift`.
@@ -270,18 +413,134 @@ pub fn status_from_store(
             consecutive_failures: 0,
             open_until: None,
         });
+    let last_applied = store.last_applied(node)?;
+    let enforced = store.last_enforced(node)?;
+    let enforced_commit = enforced
+        .as_ref()
+        .and_then(|p| p.enforced_commit())
+        .map(str::to_owned);
+    let head_invalid = last_attempted
+        .as_ref()
+        .and_then(|p| head_invalid(p, last_applied.as_ref(), enforced.as_ref()));
     Ok(StatusJson {
         node: node.to_owned(),
         process_start: None,
         desired_stale: notes.as_ref().is_some_and(|n| n.desired_stale),
         last_error: notes.and_then(|n| n.source_error),
-        last_applied: store.last_applied(node)?.as_ref().map(PassJson::from),
+        last_applied: last_applied.as_ref().map(PassJson::from),
         last_attempted: last_attempted.as_ref().map(PassJson::from),
         open_findings: store.open_findings(None)?.len(),
         read_only: breaker.as_ref().is_some_and(|b| b.read_only),
         write_breaker: breaker,
         last_force_push: store.last_force_pushed(node)?.as_ref().map(PassJson::from),
+        enforced_commit,
+        head_invalid,
     })
+}
+
+/// The invalid-HEAD state a pass recorded: `pass`'s commit was refused (outcome `invalid`),
+/// and the revision it enforced (or, when it enforced none, the last one enforced before:
+/// `enforced`) stayed in force. `None` when `pass` was not refused.
+fn head_invalid(
+    pass: &PassSummary,
+    last_applied: Option<&PassSummary>,
+    enforced: Option<&PassSummary>,
+) -> Option<InvalidHead> {
+    if pass.outcome != Some(PassOutcome::Invalid) {
+        return None;
+    }
+    let commit = pass.commit.as_deref()?;
+    let in_force = pass
+        .enforced
+        .as_ref()
+        .map(|e| e.commit.as_str())
+        .or_else(|| enforced.and_then(PassSummary::enforced_commit));
+    let applied = last_applied.and_then(|p| p.commit.as_deref());
+    let reason = pass
+        .notes
+        .error
+        .as_deref()
+        .unwrap_or("the revision is invalid");
+    Some(InvalidHead::new(
+        commit,
+        reason,
+        &pass.diagnostics,
+        in_force.map(|c| (c, applied == Some(c))),
+    ))
+}
+
+/// One pass in detail, from the store.
+///
+/// # Errors
+/// When the store cannot be read.
+pub fn pass_detail(
+    store: &proxops_store::Store,
+    pass: &PassSummary,
+) -> Result<PassDetailJson, proxops_store::StoreError> {
+    let last_applied = store.last_applied(&pass.node)?;
+    Ok(PassDetailJson {
+        pass: PassJson::from(pass),
+        head_invalid: head_invalid(pass, last_applied.as_ref(), None),
+        actions: store
+            .actions_of(pass.id)?
+            .iter()
+            .map(ActionJson::from)
+            .collect(),
+        findings: store
+            .findings_of_pass(pass.id)?
+            .iter()
+            .map(DriftJson::from)
+            .collect(),
+    })
+}
+
+/// What looking a revision up by commit found.
+#[derive(Debug)]
+pub enum RevisionLookup {
+    /// The commit and its latest passes.
+    Found(Box<RevisionJson>),
+    /// No recorded pass fetched or enforced a commit with that prefix.
+    NotFound,
+    /// Several commits start with the prefix.
+    Ambiguous(Vec<String>),
+}
+
+/// Looks a revision up by full commit or unique prefix, among `node`'s passes.
+///
+/// # Errors
+/// When the store cannot be read.
+pub fn revision_from_store(
+    store: &proxops_store::Store,
+    node: &str,
+    id: &str,
+) -> Result<RevisionLookup, proxops_store::StoreError> {
+    let commits = store.commits_with_prefix(Some(node), id)?;
+    let commit = match commits.as_slice() {
+        [] => return Ok(RevisionLookup::NotFound),
+        [one] => one.clone(),
+        _ => match commits.iter().find(|c| c.eq_ignore_ascii_case(id)) {
+            Some(exact) => exact.clone(),
+            None => return Ok(RevisionLookup::Ambiguous(commits)),
+        },
+    };
+    let passes = store.passes_of_commit(Some(node), &commit, 20)?;
+    let Some(latest) = passes.first() else {
+        return Ok(RevisionLookup::NotFound);
+    };
+    // Its own diagnostics: from the latest pass that fetched it (not one that enforced it).
+    let fetched = passes
+        .iter()
+        .find(|p| p.commit.as_deref() == Some(commit.as_str()));
+    let invalid = fetched.filter(|p| p.outcome == Some(PassOutcome::Invalid));
+    Ok(RevisionLookup::Found(Box::new(RevisionJson {
+        valid: invalid.is_none(),
+        diagnostics: invalid
+            .map(|p| p.diagnostics.iter().map(DiagnosticView::from).collect())
+            .unwrap_or_default(),
+        latest: pass_detail(store, latest)?,
+        passes: passes.iter().map(PassJson::from).collect(),
+        commit,
+    })))
 }
 
 /// Drift from the store (shared with `proxops drift` when no agent answers).
@@ -390,6 +649,8 @@ async fn go_status(State(state): State<HttpState>) -> Json<serde_json::Value> {
             "abort_reason": l.abort_reason,
             "writes_held_back": l.writes_held_back,
             "outcome": l.outcome,
+            "enforced_commit": l.enforced_commit,
+            "head_invalid": l.head_invalid,
         })
     });
     Json(json!({
@@ -427,6 +688,54 @@ async fn api_revisions(State(state): State<HttpState>, Query(q): Query<Limit>) -
         Ok(passes) => Json(passes.iter().map(PassJson::from).collect::<Vec<_>>()).into_response(),
         Err(response) => response,
     }
+}
+
+async fn api_revision(State(state): State<HttpState>, Path(id): Path<String>) -> Response {
+    let node = state.node_label.clone();
+    let wanted = id.clone();
+    match read_store(&state.store, move |s| revision_from_store(s, &node, &wanted)).await {
+        Ok(RevisionLookup::Found(revision)) => Json(revision).into_response(),
+        Ok(RevisionLookup::NotFound) => not_found(&format!(
+            "no recorded pass fetched or enforced a commit starting with `{id}`; \
+             GET /api/v1/revisions lists them"
+        )),
+        Ok(RevisionLookup::Ambiguous(commits)) => (
+            StatusCode::CONFLICT,
+            Json(json!({
+                "error": format!("`{id}` is the start of {} commits; give more of it", commits.len()),
+                "commits": commits,
+            })),
+        )
+            .into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn api_pass(State(state): State<HttpState>, Path(id): Path<String>) -> Response {
+    let Ok(number) = id.parse::<i64>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "error": format!("`{id}` is not a pass id (a number, as in /api/v1/revisions)") })),
+        )
+            .into_response();
+    };
+    let node = state.node_label.clone();
+    let read = read_store(&state.store, move |s| {
+        let pass = s.pass(PassId(number))?.filter(|p| {
+            node == proxops_store::ALL_NODES || p.node == node || p.node == proxops_store::ALL_NODES
+        });
+        pass.map(|p| pass_detail(s, &p)).transpose()
+    })
+    .await;
+    match read {
+        Ok(Some(detail)) => Json(detail).into_response(),
+        Ok(None) => not_found(&format!("no pass {number} on this node")),
+        Err(response) => response,
+    }
+}
+
+fn not_found(message: &str) -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({ "error": message }))).into_response()
 }
 
 async fn api_drift(State(state): State<HttpState>) -> Response {
@@ -498,6 +807,75 @@ mod tests {
         );
         assert_eq!(attempted.write_breaker.as_deref(), Some("open"));
         assert_eq!(status.last_applied.unwrap().id, pushed.0);
+    }
+
+    #[test]
+    fn a_revision_is_looked_up_by_unique_prefix_and_an_ambiguous_one_lists_the_candidates() {
+        use proxops_core::diagnostic::Diagnostic;
+        let mut store = Store::memory().unwrap();
+        let good = "abc1230000000000000000000000000000000000";
+        let bad = "abc4560000000000000000000000000000000000";
+        let applied = store
+            .begin_pass("pve1", Some(good), Trigger::Poll, at(0))
+            .unwrap();
+        store
+            .note_enforced(applied, good, Some(PassOutcome::Applied))
+            .unwrap();
+        store
+            .finish_pass(applied, PassOutcome::Applied, PassCounts::default(), at(1))
+            .unwrap();
+        let refused = store
+            .begin_pass("pve1", Some(bad), Trigger::Webhook, at(10))
+            .unwrap();
+        let typo = Diagnostic::error("vm/web.yaml", 4, 3, "spec.memroy", "unknown field");
+        store
+            .record_invalid(refused, std::slice::from_ref(&typo))
+            .unwrap();
+        store
+            .note_enforced(refused, good, Some(PassOutcome::NoChange))
+            .unwrap();
+        store
+            .finish_pass(refused, PassOutcome::Invalid, PassCounts::default(), at(11))
+            .unwrap();
+
+        let RevisionLookup::Ambiguous(candidates) =
+            revision_from_store(&store, "pve1", "abc").unwrap()
+        else {
+            panic!("`abc` starts both commits");
+        };
+        // Newest pass first; the refused pass both fetched `bad` and enforced `good`.
+        assert_eq!(candidates, [good, bad]);
+        let RevisionLookup::Found(revision) =
+            revision_from_store(&store, "pve1", "ABC456").unwrap()
+        else {
+            panic!("a unique prefix, in any case");
+        };
+        assert_eq!(revision.commit, bad);
+        assert!(!revision.valid);
+        assert_eq!(revision.diagnostics[0].rendered, typo.headline());
+        let invalid = revision.latest.head_invalid.as_ref().unwrap();
+        assert_eq!(
+            invalid.summary,
+            "HEAD abc4560 is invalid (1 error); enforcing abc1230, last applied"
+        );
+        let RevisionLookup::Found(kept) = revision_from_store(&store, "pve1", good).unwrap() else {
+            panic!("the full sha");
+        };
+        assert!(kept.valid);
+        assert_eq!(kept.passes.len(), 2, "fetched once, enforced once");
+        assert!(matches!(
+            revision_from_store(&store, "pve1", "def").unwrap(),
+            RevisionLookup::NotFound
+        ));
+        assert!(matches!(
+            revision_from_store(&store, "pve2", "abc456").unwrap(),
+            RevisionLookup::NotFound
+        ));
+
+        let status = status_from_store(&store, "pve1").unwrap();
+        assert_eq!(status.enforced_commit.as_deref(), Some(good));
+        assert_eq!(status.head_invalid.as_ref(), Some(invalid));
+        assert_eq!(status.last_applied.unwrap().commit.as_deref(), Some(good));
     }
 
     #[test]

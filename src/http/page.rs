@@ -39,6 +39,18 @@ pub(super) async fn status_page(State(state): State<HttpState>) -> Response {
         ));
     }
     html.push_str(&format!("<!-- rendered at {} --></p>", now_secs()));
+    if let Some(invalid) = state.live.head_invalid() {
+        let lines: Vec<String> = invalid
+            .diagnostics
+            .iter()
+            .map(|d| format!("<li><code>{}</code></li>", escape(&d.rendered)))
+            .collect();
+        html.push_str(&format!(
+            "<p><b>{}</b></p><ul>{}</ul>",
+            escape(&invalid.summary),
+            lines.concat()
+        ));
+    }
     match state.live.last() {
         Some(last) => {
             html.push_str(&format!(

@@ -384,6 +384,32 @@ impl GitSource {
         }
     }
 
+    /// The manifest files of `commit` as the mirror holds them: a revision fetched before
+    /// (the agent keeps the last valid one in force while HEAD is invalid, and reads it
+    /// here after a restart). Read from the commit's tree under the same revision budget as
+    /// a fetch. `None` when the mirror does not hold that commit (or it is not a full hex
+    /// id). Blocks; touches no network.
+    ///
+    /// # Errors
+    /// The mirror cannot be opened, or the commit's tree cannot be read or is over budget.
+    pub fn revision_at(&self, commit: &str) -> Result<Option<Revision>, SourceError> {
+        let _one_at_a_time = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+        let Ok(id) = ObjectId::from_hex(commit.as_bytes()) else {
+            return Ok(None);
+        };
+        let repo = self.open_mirror()?;
+        if repo.find_commit(id).is_err() {
+            return Ok(None);
+        }
+        let files = tree::read_manifest_files(&repo, id, &self.sub_path)?;
+        Ok(Some(Revision {
+            commit: id.to_string(),
+            files,
+            previous: None,
+            force_pushed: false,
+        }))
+    }
+
     /// The revision the mirror's tracking ref points to, read from its tree.
     fn mirrored_tip(&self) -> Result<Option<Revision>, SourceError> {
         let repo = self.open_mirror()?;
@@ -1101,6 +1127,29 @@ mod tests {
         assert_eq!(last.commit, commit);
         assert_eq!(last.files, good.files);
         assert!(!last.force_pushed);
+    }
+
+    #[test]
+    fn an_earlier_fetched_commit_is_read_back_from_the_mirror_after_newer_ones() {
+        let repo = TestRepo::new();
+        let first = repo.commit_files(&[("a.yaml", "a: 1\n")], "first");
+        let state = tempfile::tempdir().unwrap();
+        let source = open(&repo.url(), state.path());
+        let fetched = fetch(&source).unwrap();
+        repo.commit_files(&[("a.yaml", "a: 2\n")], "second");
+        fetch(&source).unwrap();
+
+        let restarted = open(&repo.url(), state.path());
+        let old = restarted.revision_at(&first).unwrap().unwrap();
+        assert_eq!(old.commit, first);
+        assert_eq!(old.files, fetched.files);
+        assert_eq!(
+            restarted
+                .revision_at("0123456789012345678901234567890123456789")
+                .unwrap(),
+            None
+        );
+        assert_eq!(restarted.revision_at("not hex").unwrap(), None);
     }
 
     #[test]

@@ -2,13 +2,17 @@
 //!
 //! Rendered as `path:line:col: error: <field path>: <message>` plus an optional `help:` line;
 //! that text is part of ProxOps's contract (tests snapshot it). Nothing here reads files.
+//!
+//! [`Diagnostic::headline`] is the one-line form every view shows (`proxops validate`, the
+//! agent's API and page, `proxops status`); `Display` adds the `help:` line. Diagnostics are
+//! stored as JSON by the agent's state database and read back with `Deserialize`.
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How serious a diagnostic is. Only errors stop a revision from being applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// The revision is invalid and is not applied.
@@ -18,7 +22,7 @@ pub enum Severity {
 }
 
 /// One problem, with where it is and, when we know one, how to fix it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Diagnostic {
     /// Repository-relative path with `/` separators.
     pub path: String,
@@ -33,7 +37,7 @@ pub struct Diagnostic {
     /// What is wrong, as a lowercase fragment.
     pub message: String,
     /// How to fix it, when we know.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub help: Option<String>,
 }
 
@@ -75,23 +79,48 @@ impl Diagnostic {
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
+
+    /// The one-line form every view shows: `path:line:col: error: field: message` (no
+    /// field part for whole-file problems, no `help:` line).
+    pub fn headline(&self) -> String {
+        Headline(self).to_string()
+    }
+}
+
+impl Severity {
+    /// `error` or `warning`, as rendered.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+/// [`Diagnostic::headline`] without allocating.
+struct Headline<'a>(&'a Diagnostic);
+
+impl fmt::Display for Headline<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        write!(
+            f,
+            "{}:{}:{}: {}: ",
+            d.path,
+            d.line,
+            d.column,
+            d.severity.as_str()
+        )?;
+        if !d.field.is_empty() {
+            write!(f, "{}: ", d.field)?;
+        }
+        f.write_str(&d.message)
+    }
 }
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let severity = match self.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-        };
-        write!(
-            f,
-            "{}:{}:{}: {severity}: ",
-            self.path, self.line, self.column
-        )?;
-        if !self.field.is_empty() {
-            write!(f, "{}: ", self.field)?;
-        }
-        f.write_str(&self.message)?;
+        Headline(self).fmt(f)?;
         if let Some(help) = &self.help {
             write!(f, "\n  help: {help}")?;
         }
@@ -124,6 +153,22 @@ mod tests {
             d.to_string(),
             "vm/base/web.yaml:7:5: error: spec.memory: not a whole number of MiB\n  help: write `8GiB`"
         );
+    }
+
+    #[test]
+    fn the_headline_is_the_first_line_without_help_and_round_trips_through_json() {
+        let d = Diagnostic::error("vm/web.yaml", 4, 3, "spec.memroy", "unknown field")
+            .with_help("did you mean `memory`?");
+        assert_eq!(
+            d.headline(),
+            "vm/web.yaml:4:3: error: spec.memroy: unknown field"
+        );
+        assert_eq!(d.to_string().lines().next(), Some(d.headline().as_str()));
+        let warning = Diagnostic::error("a.yaml", 1, 2, "", "odd").into_warning();
+        assert_eq!(warning.headline(), "a.yaml:1:2: warning: odd");
+        let json = serde_json::to_string(&[&d, &warning]).unwrap();
+        let back: Vec<Diagnostic> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, [d, warning]);
     }
 
     #[test]

@@ -9,49 +9,104 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::str::FromStr;
 use std::time::SystemTime;
 
 use proxops_core::plan::{Finding, FindingKind};
 use proxops_core::resource::ResourceId;
 use rusqlite::{Row, params};
 
-use super::{ALL_NODES, Result, Store, from_millis, redact, to_millis};
+use super::{ALL_NODES, PassId, Result, Store, from_millis, redact, to_millis};
 
 /// How an open finding came to be resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolution {
-    /// PVE now matches (ProxOps corrected it, or someone did by hand).
+    /// PVE no longer reports it, and who changed what is not known (findings other than
+    /// drift, and every resolution recorded before schema version 3).
     Corrected,
+    /// That pass wrote the correction to PVE and it succeeded.
+    CorrectedByPass(PassId),
+    /// The enforced revision changed and no longer asks for what differed.
+    ManifestChanged,
+    /// PVE matches the unchanged revision again without a write of this agent: someone
+    /// fixed it in PVE.
+    FixedInPve,
     /// The resource is no longer declared or no longer exists.
     Gone,
 }
 
 impl Resolution {
-    /// The stored and displayed name.
+    /// The version 1 word stored in `resolved_how`: `corrected` (PVE matches) or `gone`.
     pub fn as_str(self) -> &'static str {
         match self {
+            Resolution::Corrected | Resolution::CorrectedByPass(_) | Resolution::FixedInPve => {
+                "corrected"
+            }
+            Resolution::ManifestChanged | Resolution::Gone => "gone",
+        }
+    }
+
+    /// The machine word of the API (`resolution`), also stored since schema version 3:
+    /// `corrected-by-pass`, `manifest-changed`, `fixed-in-pve`, `gone`, or `corrected` when
+    /// who corrected it is not known.
+    pub fn word(self) -> &'static str {
+        match self {
             Resolution::Corrected => "corrected",
+            Resolution::CorrectedByPass(_) => "corrected-by-pass",
+            Resolution::ManifestChanged => "manifest-changed",
+            Resolution::FixedInPve => "fixed-in-pve",
             Resolution::Gone => "gone",
         }
     }
-}
 
-impl FromStr for Resolution {
-    type Err = String;
+    /// The pass that wrote the correction, for [`Resolution::CorrectedByPass`].
+    pub fn pass(self) -> Option<PassId> {
+        match self {
+            Resolution::CorrectedByPass(pass) => Some(pass),
+            _ => None,
+        }
+    }
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "corrected" => Ok(Resolution::Corrected),
-            "gone" => Ok(Resolution::Gone),
-            _ => Err(s.to_owned()),
+    /// The `resolution` column's value (`NULL` for [`Resolution::Corrected`]).
+    fn stored_word(self) -> Option<&'static str> {
+        match self {
+            Resolution::Corrected => None,
+            other => Some(other.word()),
+        }
+    }
+
+    /// Reads the stored columns back: the version 3 `resolution` word (with the pass that
+    /// resolved the finding) when present, else the version 1 `resolved_how`.
+    fn from_stored(
+        resolved_how: &str,
+        resolution: Option<&str>,
+        resolved_pass: Option<PassId>,
+    ) -> Result<Self, String> {
+        match (resolution, resolved_pass) {
+            (Some("corrected-by-pass"), Some(pass)) => Ok(Resolution::CorrectedByPass(pass)),
+            (Some("manifest-changed"), _) => Ok(Resolution::ManifestChanged),
+            (Some("fixed-in-pve"), _) => Ok(Resolution::FixedInPve),
+            (Some("gone"), _) => Ok(Resolution::Gone),
+            (Some(other), _) => Err(other.to_owned()),
+            (None, _) => match resolved_how {
+                "corrected" => Ok(Resolution::Corrected),
+                "gone" => Ok(Resolution::Gone),
+                other => Err(other.to_owned()),
+            },
         }
     }
 }
 
 impl fmt::Display for Resolution {
+    /// For people: `corrected by pass 12`, `manifest changed`, `fixed in PVE`, `gone`, or
+    /// `no longer reported`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            Resolution::Corrected => f.write_str("no longer reported"),
+            Resolution::CorrectedByPass(pass) => write!(f, "corrected by pass {}", pass.0),
+            Resolution::ManifestChanged => f.write_str("manifest changed"),
+            Resolution::FixedInPve => f.write_str("fixed in PVE"),
+            Resolution::Gone => f.write_str("gone"),
+        }
     }
 }
 
@@ -86,6 +141,13 @@ pub struct DriftRecord {
     pub resolved_at: Option<SystemTime>,
     /// How it was resolved; `None` while open.
     pub resolved_how: Option<Resolution>,
+    /// The pass that first reported it (`None` before schema version 3).
+    pub first_seen_pass: Option<PassId>,
+    /// The pass that last reported it (`None` before schema version 3).
+    pub last_seen_pass: Option<PassId>,
+    /// The pass that resolved it: the one that corrected it, or the one that no longer
+    /// found it (`None` while open, and before schema version 3).
+    pub resolved_pass: Option<PassId>,
 }
 
 /// What one call of [`Store::record_findings`] changed.
@@ -101,7 +163,7 @@ pub struct DriftUpdate {
 
 const DRIFT_COLUMNS: &str = "id, node, resource_kind, resource_name, kind, field, desired, \
      observed, message, first_seen_commit, first_seen_at, last_seen_commit, last_seen_at, \
-     resolved_at, resolved_how";
+     resolved_at, resolved_how, first_seen_pass, last_seen_pass, resolved_pass, resolution";
 
 /// (node, resource kind, resource name, finding kind, field).
 type Key = (String, String, String, String, String);
@@ -111,6 +173,7 @@ struct RawDrift {
     record: DriftRecord,
     resource_kind: String,
     resolved_how: Option<String>,
+    resolution: Option<String>,
 }
 
 fn raw_drift(row: &Row<'_>) -> rusqlite::Result<RawDrift> {
@@ -132,9 +195,13 @@ fn raw_drift(row: &Row<'_>) -> rusqlite::Result<RawDrift> {
             last_seen_at: from_millis(row.get(12)?),
             resolved_at: row.get::<_, Option<i64>>(13)?.map(from_millis),
             resolved_how: None,
+            first_seen_pass: row.get::<_, Option<i64>>(15)?.map(PassId),
+            last_seen_pass: row.get::<_, Option<i64>>(16)?.map(PassId),
+            resolved_pass: row.get::<_, Option<i64>>(17)?.map(PassId),
         },
         resource_kind,
         resolved_how: row.get(14)?,
+        resolution: row.get(18)?,
     })
 }
 
@@ -187,6 +254,96 @@ impl Store {
         findings: &[Finding],
         how: impl Fn(&DriftRecord) -> Resolution,
     ) -> Result<DriftUpdate> {
+        self.record_seen(None, node, commit, now, findings, how)
+    }
+
+    /// [`Store::record_findings_with`] for the findings of pass `pass`, which is kept as the
+    /// pass that first saw a new finding, last saw an open one, and resolved one no longer
+    /// reported. `commit` is the revision whose desired state the findings were made against
+    /// (the enforced one).
+    ///
+    /// # Errors
+    /// When the rows cannot be read or written; nothing is changed then.
+    pub fn record_pass_findings(
+        &mut self,
+        pass: PassId,
+        node: &str,
+        commit: Option<&str>,
+        now: SystemTime,
+        findings: &[Finding],
+        how: impl Fn(&DriftRecord) -> Resolution,
+    ) -> Result<DriftUpdate> {
+        self.record_seen(Some(pass), node, commit, now, findings, how)
+    }
+
+    /// Resolves the open `drift` findings of `resource` on `node` for `fields` as corrected
+    /// by `pass` (its write of them succeeded). Returns how many were resolved.
+    ///
+    /// # Errors
+    /// When the rows cannot be written; nothing is changed then.
+    pub fn resolve_corrected<'f>(
+        &mut self,
+        pass: PassId,
+        node: &str,
+        resource: &ResourceId,
+        fields: impl IntoIterator<Item = &'f str>,
+        now: SystemTime,
+    ) -> Result<usize> {
+        let operation = "recording drift corrected by a pass";
+        let query_error = self.query_error(operation);
+        let tx = self.conn.transaction().map_err(&query_error)?;
+        let mut resolved = 0;
+        let how = Resolution::CorrectedByPass(pass);
+        for field in fields {
+            resolved += tx
+                .execute(
+                    "UPDATE drift_findings SET resolved_at = ?1, resolved_how = ?2, \
+                     resolution = ?3, resolved_pass = ?4 WHERE resolved_at IS NULL \
+                     AND node = ?5 AND resource_kind = ?6 AND resource_name = ?7 \
+                     AND kind = ?8 AND field = ?9",
+                    params![
+                        to_millis(now),
+                        how.as_str(),
+                        how.stored_word(),
+                        pass.0,
+                        node,
+                        resource.kind.as_str(),
+                        resource.name,
+                        FindingKind::Drift.name(),
+                        field
+                    ],
+                )
+                .map_err(&query_error)?;
+        }
+        tx.commit().map_err(&query_error)?;
+        Ok(resolved)
+    }
+
+    /// The findings pass `pass` first saw, last saw or resolved, ordered by node, resource,
+    /// kind and field. A finding seen by several passes is listed with the last of them
+    /// only (and with the ones that opened and resolved it).
+    ///
+    /// # Errors
+    /// When the query fails.
+    pub fn findings_of_pass(&self, pass: PassId) -> Result<Vec<DriftRecord>> {
+        let sql = format!(
+            "SELECT {DRIFT_COLUMNS} FROM drift_findings WHERE first_seen_pass = ?1 \
+             OR last_seen_pass = ?1 OR resolved_pass = ?1 \
+             ORDER BY node, resource_kind, resource_name, kind, field, id"
+        );
+        self.query_drift("listing the findings of a pass", &sql, params![pass.0])
+    }
+
+    fn record_seen(
+        &mut self,
+        pass: Option<PassId>,
+        node: &str,
+        commit: Option<&str>,
+        now: SystemTime,
+        findings: &[Finding],
+        how: impl Fn(&DriftRecord) -> Resolution,
+    ) -> Result<DriftUpdate> {
+        let pass = pass.map(|p| p.0);
         let operation = "recording drift findings";
         let open: BTreeMap<Key, DriftRecord> = self
             .open_findings(Some(node))?
@@ -218,8 +375,9 @@ impl Store {
                 Some(id) => {
                     tx.execute(
                         "UPDATE drift_findings SET last_seen_commit = ?2, last_seen_at = ?3, \
-                         desired = ?4, observed = ?5, message = ?6 WHERE id = ?1",
-                        params![id, commit, now, desired, observed, message],
+                         desired = ?4, observed = ?5, message = ?6, \
+                         last_seen_pass = coalesce(?7, last_seen_pass) WHERE id = ?1",
+                        params![id, commit, now, desired, observed, message, pass],
                     )
                     .map_err(&query_error)?;
                     if seen.insert(key, id).is_none() {
@@ -230,11 +388,11 @@ impl Store {
                     tx.execute(
                         "INSERT INTO drift_findings (node, resource_kind, resource_name, kind, \
                          field, desired, observed, message, first_seen_commit, first_seen_at, \
-                         last_seen_commit, last_seen_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?9, ?10)",
+                         last_seen_commit, last_seen_at, first_seen_pass, last_seen_pass) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?9, ?10, ?11, ?11)",
                         params![
                             key.0, key.1, key.2, key.3, key.4, desired, observed, message, commit,
-                            now
+                            now, pass
                         ],
                     )
                     .map_err(&query_error)?;
@@ -247,9 +405,17 @@ impl Store {
             if seen.contains_key(key) || unobserved.contains(&(&record.node, &record.resource)) {
                 continue;
             }
+            let resolution = how(record);
             tx.execute(
-                "UPDATE drift_findings SET resolved_at = ?2, resolved_how = ?3 WHERE id = ?1",
-                params![record.id, now, how(record).as_str()],
+                "UPDATE drift_findings SET resolved_at = ?2, resolved_how = ?3, \
+                 resolution = ?4, resolved_pass = ?5 WHERE id = ?1",
+                params![
+                    record.id,
+                    now,
+                    resolution.as_str(),
+                    resolution.stored_word(),
+                    resolution.pass().map(|p| p.0).or(pass)
+                ],
             )
             .map_err(&query_error)?;
             update.resolved += 1;
@@ -313,7 +479,14 @@ impl Store {
                     .map_err(|_| self.corrupt(operation, raw.resource_kind.clone()))?;
                 record.resolved_how = raw
                     .resolved_how
-                    .map(|how| how.parse().map_err(|v: String| self.corrupt(operation, v)))
+                    .map(|how| {
+                        Resolution::from_stored(
+                            &how,
+                            raw.resolution.as_deref(),
+                            record.resolved_pass,
+                        )
+                        .map_err(|v| self.corrupt(operation, v))
+                    })
                     .transpose()?;
                 Ok(record)
             })
@@ -449,6 +622,130 @@ pub(super) mod tests {
             .collect();
         assert_eq!(how["removed"], Some(Resolution::Gone));
         assert_eq!(how["kept"], Some(Resolution::Corrected));
+    }
+
+    fn drift(field: &str) -> Finding {
+        Finding {
+            resource: ResourceId::new(Kind::Vm, "web"),
+            node: "pve1".to_owned(),
+            kind: FindingKind::Drift,
+            field: field.to_owned(),
+            desired: "2048".to_owned(),
+            observed: "4096".to_owned(),
+            message: "memory differs".to_owned(),
+        }
+    }
+
+    #[test]
+    fn drift_a_pass_corrected_is_first_seen_and_resolved_by_that_pass() {
+        let mut store = Store::memory().unwrap();
+        let pass = store
+            .begin_pass("pve1", Some("c1"), crate::Trigger::Poll, at(0))
+            .unwrap();
+        let fixed_in_pve = |_: &DriftRecord| Resolution::FixedInPve;
+        store
+            .record_pass_findings(
+                pass,
+                "pve1",
+                Some("c1"),
+                at(0),
+                &[drift("memory"), drift("cores")],
+                fixed_in_pve,
+            )
+            .unwrap();
+        let web = ResourceId::new(Kind::Vm, "web");
+        // Only the field the write carried is corrected; an unrelated resource is not.
+        let other = ResourceId::new(Kind::Vm, "db");
+        assert_eq!(
+            store
+                .resolve_corrected(pass, "pve1", &other, ["memory"], at(1))
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            store
+                .resolve_corrected(pass, "pve1", &web, ["memory"], at(1))
+                .unwrap(),
+            1
+        );
+        let resolved = store.recent_resolved(None, 10).unwrap();
+        assert_eq!(resolved.len(), 1);
+        let memory = &resolved[0];
+        assert_eq!(memory.field, "memory");
+        assert_eq!(memory.first_seen_pass, Some(pass));
+        assert_eq!(memory.resolved_pass, Some(pass));
+        assert_eq!(memory.resolved_how, Some(Resolution::CorrectedByPass(pass)));
+        assert_eq!(
+            memory.resolved_how.unwrap().to_string(),
+            format!("corrected by pass {}", pass.0)
+        );
+        assert_eq!(memory.resolved_at, Some(at(1)));
+        let open = store.open_findings(None).unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].field, "cores");
+        assert_eq!(store.findings_of_pass(pass).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn open_drift_no_longer_reported_is_resolved_the_way_the_caller_says_by_the_pass_that_saw_it() {
+        let mut store = Store::memory().unwrap();
+        let first = store
+            .begin_pass("pve1", Some("c1"), crate::Trigger::Poll, at(0))
+            .unwrap();
+        let then = |_: &DriftRecord| Resolution::Gone;
+        store
+            .record_pass_findings(
+                first,
+                "pve1",
+                Some("c1"),
+                at(0),
+                &[drift("memory"), drift("cores")],
+                then,
+            )
+            .unwrap();
+        let second = store
+            .begin_pass("pve1", Some("c1"), crate::Trigger::Poll, at(10))
+            .unwrap();
+        store
+            .record_pass_findings(second, "pve1", Some("c1"), at(10), &[drift("cores")], then)
+            .unwrap();
+        let third = store
+            .begin_pass("pve1", Some("c2"), crate::Trigger::Poll, at(20))
+            .unwrap();
+        store
+            .record_pass_findings(third, "pve1", Some("c2"), at(20), &[], |r| {
+                if r.last_seen_commit.as_deref() == Some("c2") {
+                    Resolution::FixedInPve
+                } else {
+                    Resolution::ManifestChanged
+                }
+            })
+            .unwrap();
+        let resolved = store.recent_resolved(None, 10).unwrap();
+        let by_field: BTreeMap<_, _> = resolved.iter().map(|r| (r.field.as_str(), r)).collect();
+        let memory = by_field["memory"];
+        assert_eq!(memory.resolved_how, Some(Resolution::Gone));
+        assert_eq!(
+            (
+                memory.first_seen_pass,
+                memory.last_seen_pass,
+                memory.resolved_pass
+            ),
+            (Some(first), Some(first), Some(second))
+        );
+        let cores = by_field["cores"];
+        assert_eq!(cores.resolved_how, Some(Resolution::ManifestChanged));
+        assert_eq!(cores.resolved_how.unwrap().to_string(), "manifest changed");
+        assert_eq!(
+            (
+                cores.first_seen_pass,
+                cores.last_seen_pass,
+                cores.resolved_pass
+            ),
+            (Some(first), Some(second), Some(third))
+        );
+        assert_eq!(Resolution::FixedInPve.to_string(), "fixed in PVE");
+        assert_eq!(Resolution::FixedInPve.word(), "fixed-in-pve");
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub use actions::{ActionId, ActionOutcome, ActionRecord, RunningTask};
 pub use drift::{DriftRecord, DriftUpdate, Resolution};
 pub use inventory::OwnedGuest;
 pub use pass_notes::{BreakerMark, PassNotes};
-pub use passes::{PassCounts, PassId, PassOutcome, PassSummary, Trigger};
+pub use passes::{Enforced, PassCounts, PassId, PassOutcome, PassSummary, Trigger};
 
 /// The store, shared between the agent's loop (writes) and its HTTP API (reads).
 pub type SharedStore = Arc<Mutex<Store>>;

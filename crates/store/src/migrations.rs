@@ -16,7 +16,7 @@ use rusqlite::Connection;
 use super::{Result, StoreError};
 
 /// Every migration, oldest first.
-pub const MIGRATIONS: &[&str] = &[V1_INITIAL, V2_PASS_NOTES];
+pub const MIGRATIONS: &[&str] = &[V1_INITIAL, V2_PASS_NOTES, V3_ENFORCED_AND_DRIFT_PASSES];
 
 /// Version 1: passes, actions, drift findings, inventory.
 const V1_INITIAL: &str = r"
@@ -106,6 +106,23 @@ ALTER TABLE passes ADD COLUMN desired_stale INTEGER NOT NULL DEFAULT 0 CHECK (de
 ALTER TABLE passes ADD COLUMN source_error TEXT;
 ALTER TABLE passes ADD COLUMN error TEXT;
 ALTER TABLE passes ADD COLUMN write_breaker TEXT CHECK (write_breaker IN ('closed', 'open', 'half-open'));
+";
+
+/// Version 3 (issue 17): the revision a pass enforced and how that went (the fetched one,
+/// or the last valid one while HEAD is invalid), and drift history by pass: the passes that
+/// first and last saw a finding and the one that resolved it, with how (corrected by that
+/// pass, the manifest changed, fixed in PVE by someone else, or gone). `resolved_how` keeps
+/// its version 1 words (`corrected`, `gone`) so older readers still understand the rows.
+const V3_ENFORCED_AND_DRIFT_PASSES: &str = r"
+ALTER TABLE passes ADD COLUMN enforced_revision TEXT;
+ALTER TABLE passes ADD COLUMN enforced_outcome TEXT CHECK (enforced_outcome IN
+    ('applied', 'no-change', 'failed', 'invalid', 'interrupted'));
+ALTER TABLE drift_findings ADD COLUMN first_seen_pass INTEGER;
+ALTER TABLE drift_findings ADD COLUMN last_seen_pass INTEGER;
+ALTER TABLE drift_findings ADD COLUMN resolved_pass INTEGER;
+ALTER TABLE drift_findings ADD COLUMN resolution TEXT CHECK (resolution IN
+    ('corrected-by-pass', 'manifest-changed', 'fixed-in-pve', 'gone'));
+CREATE INDEX passes_enforced ON passes (node, id) WHERE enforced_revision IS NOT NULL;
 ";
 
 /// The schema version this binary writes.
@@ -207,13 +224,98 @@ mod tests {
                 .unwrap()
         };
         let mut store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), latest());
         let old = store.pass(id).unwrap().unwrap();
         assert_eq!(old.notes, crate::PassNotes::default());
         store
             .note_source(id, Some("000"), true, None, false)
             .unwrap();
         assert!(store.pass(id).unwrap().unwrap().notes.force_pushed);
+    }
+
+    #[test]
+    fn a_version_2_database_keeps_its_passes_and_drift_and_reads_them_without_pass_ids() {
+        use proxops_core::plan::{Finding, FindingKind};
+        use proxops_core::resource::{Kind, ResourceId};
+        let (_dir, path) = db_path();
+        let t = |s: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000 + s);
+        let finding = |field: &str| Finding {
+            resource: ResourceId::new(Kind::Vm, "web"),
+            node: "pve1".to_owned(),
+            kind: FindingKind::Drift,
+            field: field.to_owned(),
+            desired: "2048".to_owned(),
+            observed: "4096".to_owned(),
+            message: "memory differs".to_owned(),
+        };
+        let applied = {
+            let mut store = Store::open_with(&path, &[V1_INITIAL, V2_PASS_NOTES]).unwrap();
+            let id = store
+                .begin_pass("pve1", Some("aaa"), crate::Trigger::Poll, t(0))
+                .unwrap();
+            store
+                .finish_pass(
+                    id,
+                    crate::PassOutcome::Applied,
+                    crate::PassCounts::default(),
+                    t(1),
+                )
+                .unwrap();
+            // Written as version 2 did: no pass ids.
+            store
+                .conn
+                .execute_batch(
+                    "INSERT INTO drift_findings (node, resource_kind, resource_name, kind, \
+                     field, desired, observed, message, first_seen_at, last_seen_at, \
+                     resolved_at, resolved_how) VALUES \
+                     ('pve1', 'VM', 'web', 'drift', 'cores', '2', '4', 'm', 0, 0, 5, 'corrected'), \
+                     ('pve1', 'VM', 'web', 'drift', 'memory', '2048', '4096', 'm', 0, 0, NULL, NULL);",
+                )
+                .unwrap();
+            id
+        };
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 3);
+        let resolved = store.recent_resolved(None, 10).unwrap();
+        assert_eq!(resolved.len(), 1);
+        assert_eq!(resolved[0].resolved_how, Some(crate::Resolution::Corrected));
+        assert_eq!(resolved[0].resolved_pass, None);
+        assert_eq!(resolved[0].first_seen_pass, None);
+        // The last applied pass stands for the enforced revision of a version 2 database.
+        let enforced = store.last_enforced("pve1").unwrap().unwrap();
+        assert_eq!(enforced.id, applied);
+        assert_eq!(enforced.enforced_commit(), Some("aaa"));
+        // The open version 2 finding is matched and resolved by a version 3 pass.
+        let pass = store
+            .begin_pass("pve1", Some("bbb"), crate::Trigger::Poll, t(10))
+            .unwrap();
+        store
+            .record_pass_findings(
+                pass,
+                "pve1",
+                Some("bbb"),
+                t(10),
+                &[finding("memory")],
+                |_| crate::Resolution::Gone,
+            )
+            .unwrap();
+        let open = store.open_findings(None).unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!(
+            (open[0].first_seen_pass, open[0].last_seen_pass),
+            (None, Some(pass))
+        );
+        assert_eq!(
+            store
+                .resolve_corrected(pass, "pve1", &open[0].resource, ["memory"], t(11))
+                .unwrap(),
+            1
+        );
+        let resolved = store.recent_resolved(None, 1).unwrap();
+        assert_eq!(
+            resolved[0].resolved_how,
+            Some(crate::Resolution::CorrectedByPass(pass))
+        );
     }
 
     #[test]

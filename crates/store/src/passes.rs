@@ -163,11 +163,52 @@ pub struct PassSummary {
     pub counts: PassCounts,
     /// What it noticed: force-push, stale desired state, why it failed, the write breaker.
     pub notes: PassNotes,
+    /// The revision whose desired state the pass observed and enforced, when it got that
+    /// far: `commit` itself when it validated, the last valid revision when `commit` was
+    /// invalid (`outcome` is then `invalid`). `None` for passes recorded before schema
+    /// version 3, and for passes that enforced nothing.
+    pub enforced: Option<Enforced>,
+    /// The diagnostics that made `commit` invalid (empty otherwise).
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// What a pass enforced and how that ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enforced {
+    /// The commit whose desired state was enforced.
+    pub commit: String,
+    /// How enforcing it ended (`applied`, `no-change`, `failed`, `interrupted`).
+    pub outcome: Option<PassOutcome>,
+}
+
+impl PassSummary {
+    /// The commit whose desired state the pass enforced: the recorded one, or, for passes
+    /// recorded before schema version 3, the pass's own commit when PVE was reconciled to it
+    /// (outcome `applied`, `no-change` or `failed`).
+    pub fn enforced_commit(&self) -> Option<&str> {
+        match &self.enforced {
+            Some(enforced) => Some(&enforced.commit),
+            None => match self.outcome {
+                Some(PassOutcome::Applied | PassOutcome::NoChange | PassOutcome::Failed) => {
+                    self.commit.as_deref()
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether the pass's own commit was invalid while another revision was enforced.
+    pub fn enforced_other(&self) -> bool {
+        self.enforced
+            .as_ref()
+            .is_some_and(|e| Some(e.commit.as_str()) != self.commit.as_deref())
+    }
 }
 
 const PASS_COLUMNS: &str = "id, node, revision, trigger_kind, started_at, ended_at, outcome, \
      actions_ok, actions_failed, actions_skipped, findings, previous_revision, force_pushed, \
-     desired_stale, source_error, error, write_breaker";
+     desired_stale, source_error, error, write_breaker, enforced_revision, enforced_outcome, \
+     diagnostics";
 
 /// A pass row as read, before its names are parsed.
 struct RawPass {
@@ -175,6 +216,9 @@ struct RawPass {
     trigger: String,
     outcome: Option<String>,
     write_breaker: Option<String>,
+    enforced_revision: Option<String>,
+    enforced_outcome: Option<String>,
+    diagnostics: Option<String>,
 }
 
 fn raw_pass(row: &Row<'_>) -> rusqlite::Result<RawPass> {
@@ -196,10 +240,15 @@ fn raw_pass(row: &Row<'_>) -> rusqlite::Result<RawPass> {
                 findings: count(10)?,
             },
             notes,
+            enforced: None,
+            diagnostics: Vec::new(),
         },
         trigger: row.get(3)?,
         outcome: row.get(6)?,
         write_breaker,
+        enforced_revision: row.get(17)?,
+        enforced_outcome: row.get(18)?,
+        diagnostics: row.get(19)?,
     })
 }
 
@@ -283,12 +332,109 @@ impl Store {
         Ok(())
     }
 
-    /// The diagnostics recorded for an invalid pass, as the JSON array `Diagnostic`s
-    /// serialise to; `None` when none were recorded.
+    /// Records the revision whose desired state the pass enforced and how that ended: the
+    /// pass's own commit when it validated, the last valid one when it did not.
+    ///
+    /// # Errors
+    /// When the pass does not exist or the row cannot be written.
+    pub fn note_enforced(
+        &mut self,
+        id: PassId,
+        commit: &str,
+        outcome: Option<PassOutcome>,
+    ) -> Result<()> {
+        let operation = "recording the revision a pass enforced";
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE passes SET enforced_revision = ?2, enforced_outcome = ?3 WHERE id = ?1",
+                params![id.0, commit, outcome.map(PassOutcome::as_str)],
+            )
+            .map_err(self.query_error(operation))?;
+        if changed == 0 {
+            return Err(self.not_found(operation, id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The latest pass on `node` that enforced a revision (see [`PassSummary::enforced_commit`]):
+    /// the revision that stays in force while HEAD is invalid, after a restart too.
+    ///
+    /// # Errors
+    /// When the query fails.
+    pub fn last_enforced(&self, node: &str) -> Result<Option<PassSummary>> {
+        let sql = format!(
+            "SELECT {PASS_COLUMNS} FROM passes WHERE node IN (?1, ?2) AND (\
+             enforced_revision IS NOT NULL OR (enforced_revision IS NULL AND revision IS NOT NULL \
+             AND outcome IN ('applied', 'no-change', 'failed'))) ORDER BY id DESC LIMIT 1"
+        );
+        Ok(self
+            .query_passes(
+                "reading the last enforced revision",
+                &sql,
+                params![node, ALL_NODES],
+            )?
+            .pop())
+    }
+
+    /// The commits of `node`'s passes (fetched or enforced) that start with `prefix`
+    /// (case-insensitive hex), newest first, each once: one is a match, several are an
+    /// ambiguous prefix.
+    ///
+    /// # Errors
+    /// When the query fails.
+    pub fn commits_with_prefix(&self, node: Option<&str>, prefix: &str) -> Result<Vec<String>> {
+        let operation = "looking up a revision";
+        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(Vec::new());
+        }
+        let pattern = format!("{}%", prefix.to_ascii_lowercase());
+        let node = node.unwrap_or(ALL_NODES);
+        let query_error = self.query_error(operation);
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT c FROM (SELECT revision AS c, id FROM passes WHERE (?2 = ?3 OR node IN (?2, ?3)) \
+                 UNION ALL SELECT enforced_revision AS c, id FROM passes WHERE (?2 = ?3 OR node IN (?2, ?3))) \
+                 WHERE c LIKE ?1 GROUP BY c ORDER BY max(id) DESC, c",
+            )
+            .map_err(&query_error)?;
+        statement
+            .query_map(params![pattern, node, ALL_NODES], |row| row.get(0))
+            .map_err(&query_error)?
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .map_err(&query_error)
+    }
+
+    /// The latest `limit` passes of `node` (or every node) that fetched or enforced
+    /// `commit`, newest first.
+    ///
+    /// # Errors
+    /// When the query fails.
+    pub fn passes_of_commit(
+        &self,
+        node: Option<&str>,
+        commit: &str,
+        limit: usize,
+    ) -> Result<Vec<PassSummary>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let node = node.unwrap_or(ALL_NODES);
+        let sql = format!(
+            "SELECT {PASS_COLUMNS} FROM passes WHERE (?2 = ?3 OR node IN (?2, ?3)) \
+             AND (revision = ?1 OR enforced_revision = ?1) ORDER BY id DESC LIMIT ?4"
+        );
+        self.query_passes(
+            "listing the passes of a revision",
+            &sql,
+            params![commit, node, ALL_NODES, limit],
+        )
+    }
+
+    /// The diagnostics recorded for an invalid pass; `None` when none were recorded.
     ///
     /// # Errors
     /// When the pass does not exist or its stored JSON is unreadable.
-    pub fn pass_diagnostics(&self, id: PassId) -> Result<Option<serde_json::Value>> {
+    pub fn pass_diagnostics(&self, id: PassId) -> Result<Option<Vec<Diagnostic>>> {
         let operation = "reading the diagnostics of a pass";
         let stored: Option<Option<String>> = self
             .conn
@@ -472,6 +618,20 @@ impl Store {
                             .map_err(|value: String| self.corrupt(operation, value))
                     })
                     .transpose()?;
+                if let Some(commit) = raw.enforced_revision {
+                    let outcome = raw
+                        .enforced_outcome
+                        .map(|o| {
+                            o.parse()
+                                .map_err(|value: String| self.corrupt(operation, value))
+                        })
+                        .transpose()?;
+                    summary.enforced = Some(Enforced { commit, outcome });
+                }
+                if let Some(json) = raw.diagnostics {
+                    summary.diagnostics =
+                        serde_json::from_str(&json).map_err(|_| self.corrupt(operation, json))?;
+                }
                 Ok(summary)
             })
             .collect()
@@ -565,9 +725,82 @@ mod tests {
         assert_eq!(attempted.outcome, Some(PassOutcome::Invalid));
         assert_eq!(attempted.trigger, Trigger::Webhook);
         let kept = store.pass_diagnostics(bad).unwrap().unwrap();
-        assert_eq!(kept[0]["path"], "vm/base/web.yaml");
-        assert_eq!(kept[0]["line"], 3);
-        assert_eq!(kept[0]["help"], "add `memory: 2GiB`");
+        assert_eq!(kept, diagnostics);
+        assert_eq!(attempted.diagnostics, diagnostics);
+        assert_eq!(
+            kept[0].headline(),
+            "vm/base/web.yaml:3:5: error: spec.memory: required"
+        );
+    }
+
+    #[test]
+    fn an_invalid_head_records_the_last_valid_revision_it_enforced_and_stays_last_enforced() {
+        let mut store = Store::memory().unwrap();
+        let good = pass(&mut store, "pve1", "aaa111", PassOutcome::Applied, 0);
+        store
+            .note_enforced(good, "aaa111", Some(PassOutcome::Applied))
+            .unwrap();
+        let bad = store
+            .begin_pass("pve1", Some("bbb222"), Trigger::Poll, at(10))
+            .unwrap();
+        store
+            .note_enforced(bad, "aaa111", Some(PassOutcome::Applied))
+            .unwrap();
+        store
+            .finish_pass(bad, PassOutcome::Invalid, PassCounts::default(), at(11))
+            .unwrap();
+
+        let last = store.last_enforced("pve1").unwrap().unwrap();
+        assert_eq!(last.id, bad);
+        assert_eq!(last.enforced_commit(), Some("aaa111"));
+        assert!(last.enforced_other());
+        assert_eq!(
+            last.enforced.as_ref().and_then(|e| e.outcome),
+            Some(PassOutcome::Applied)
+        );
+        // The invalid HEAD is not the last applied revision; the enforced one still is.
+        assert_eq!(
+            commit_of(store.last_applied("pve1").unwrap()).as_deref(),
+            Some("aaa111")
+        );
+        // A pass that enforced nothing (git failed, no revision) does not move it.
+        let none = store
+            .begin_pass("pve1", None, Trigger::Poll, at(20))
+            .unwrap();
+        store
+            .finish_pass(none, PassOutcome::Failed, PassCounts::default(), at(21))
+            .unwrap();
+        assert_eq!(store.last_enforced("pve1").unwrap().unwrap().id, bad);
+        assert_eq!(store.last_enforced("pve2").unwrap(), None);
+    }
+
+    #[test]
+    fn a_revision_is_found_by_a_unique_prefix_of_its_fetched_or_enforced_commit() {
+        let mut store = Store::memory().unwrap();
+        let a = pass(&mut store, "pve1", "aaa111", PassOutcome::Applied, 0);
+        store.note_enforced(a, "aaa111", None).unwrap();
+        let b = pass(&mut store, "pve1", "aab222", PassOutcome::Invalid, 10);
+        store.note_enforced(b, "aaa111", None).unwrap();
+        assert_eq!(store.commits_with_prefix(None, "AAA").unwrap(), ["aaa111"]);
+        assert_eq!(
+            store.commits_with_prefix(Some("pve1"), "aa").unwrap(),
+            ["aaa111", "aab222"]
+        );
+        assert!(store.commits_with_prefix(None, "zz'").unwrap().is_empty());
+        assert!(store.commits_with_prefix(None, "").unwrap().is_empty());
+        assert!(
+            store
+                .commits_with_prefix(Some("pve2"), "aa")
+                .unwrap()
+                .is_empty()
+        );
+        let ids: Vec<_> = store
+            .passes_of_commit(None, "aaa111", 10)
+            .unwrap()
+            .iter()
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(ids, [b, a]);
     }
 
     #[test]
