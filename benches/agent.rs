@@ -266,8 +266,7 @@ async fn webhook_to_write() {
             if log.requests.iter().any(|r| {
                 r.method == "POST"
                     && r.endpoint.ends_with("/download-url")
-                    && r.params.get("filename").map(String::as_str)
-                        == Some(&format!("{name}.iso"))
+                    && r.params.get("filename").map(String::as_str) == Some(&format!("{name}.iso"))
             }) {
                 break;
             }

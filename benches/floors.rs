@@ -11,7 +11,10 @@
 //!    plan, nothing to apply) over 1,000 converged VMs with the simulator's latency fault
 //!    adding 5 ms and 20 ms to every request. Floor: `(1 + ⌈G / C⌉) × RTT`, one
 //!    `/cluster/resources` round trip then `G` pending-list reads `C` at a time
-//!    (`[pve] read_concurrency`, default `DEFAULT_READ_CONCURRENCY`).
+//!    (`[pve] read_concurrency`, default `DEFAULT_READ_CONCURRENCY`). A second floor is
+//!    measured: the same `1 + G` GETs sent bare through `PveClient::execute`, `C` at a time,
+//!    nothing decoded, validated or planned: the round trips plus the simulator's own work
+//!    per request (it shares the two cores with the pass).
 //!
 //! Run: `cargo bench --bench floors` (both), `cargo bench --bench floors -- waits` or
 //! `-- noop`. Knobs: `PROXOPS_BENCH_CREATES` (50), `PROXOPS_BENCH_RUNS` (4 for waits: the first is reported apart; 5 for noop),
@@ -175,7 +178,11 @@ async fn waits(task: Duration) {
              {task:?} tasks: {elapsed:.3?}, floor {floor:?} ({} rounds), ratio {ratio:.3}; \
              {writes} writes, {polls} status GETs = {:.2} per task ({ok} ok, {failed} failed, \
              {skipped} skipped)",
-            if run == 1 { "fresh client" } else { "learnt durations" },
+            if run == 1 {
+                "fresh client"
+            } else {
+                "learnt durations"
+            },
             per_node.div_ceil(CONCURRENCY),
             polls as f64 / writes.max(1) as f64,
         );
@@ -187,6 +194,32 @@ async fn waits(task: Duration) {
         );
     }
     sim.shutdown().await;
+}
+
+/// The pass's GETs alone: `/cluster/resources`, then every guest's pending list,
+/// `concurrency` at a time, answers not decoded.
+async fn bare_reads(pve: &PveClient, concurrency: usize) {
+    pve.execute(&proxops_pve::request::cluster_resources(Some(
+        proxops_pve::ResourceType::Vm,
+    )))
+    .await
+    .unwrap();
+    let limit = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let mut reads = tokio::task::JoinSet::new();
+    for i in 0..GUESTS {
+        let (pve, limit) = (pve.clone(), limit.clone());
+        reads.spawn(async move {
+            let _permit = limit.acquire_owned().await.unwrap();
+            let vmid = u32::try_from(1000 + i).unwrap();
+            let node = format!("pve{}", vmid as usize % NODES + 1);
+            pve.execute(&proxops_pve::request::qemu_pending(&node, vmid))
+                .await
+                .unwrap();
+        });
+    }
+    while let Some(done) = reads.join_next().await {
+        done.unwrap();
+    }
 }
 
 /// No-op passes over 1,000 converged guests with `rtt` added to every request.
@@ -226,24 +259,36 @@ async fn noop(rtt: Duration) {
     let floor = rtt * u32::try_from(1 + rounds).unwrap();
     let mut ratios = Vec::new();
     let mut times = Vec::new();
+    let mut bare = Vec::new();
     for _ in 0..runs {
+        let start = Instant::now();
+        bare_reads(&ctx.pve, read_concurrency).await;
+        bare.push(start.elapsed().as_secs_f64() * 1e3);
         sim.control().clear_requests();
         let start = Instant::now();
         let done = pass(Mode::Apply).await;
         let elapsed = start.elapsed();
         assert!(done.report.is_none() && !done.plan.has_changes());
         let requests: u64 = sim.control().requests().counters.values().sum();
-        assert_eq!(requests, 1 + GUESTS as u64, "one listing + one read per guest");
+        assert_eq!(
+            requests,
+            1 + GUESTS as u64,
+            "one listing + one read per guest"
+        );
         ratios.push(elapsed.as_secs_f64() / floor.as_secs_f64());
         times.push(elapsed.as_secs_f64() * 1e3);
     }
+    let pass_ms = median(&mut times);
+    let bare_ms = median(&mut bare);
     println!(
         "noop: {GUESTS} converged guests, {rtt:?} round trip, read_concurrency \
-         {read_concurrency}: median {:.1} ms (min {:.1} ms), floor {floor:?} (1 + {rounds} \
-         rounds), median ratio {:.3} over {runs} runs (target <= 1.2)",
-        median(&mut times),
+         {read_concurrency}, load {}: median {pass_ms:.1} ms (min {:.1} ms), floor {floor:?} \
+         (1 + {rounds} rounds), median ratio {:.3} over {runs} runs (target <= 1.2); the same \
+         GETs bare: median {bare_ms:.1} ms, pass / bare {:.3}",
+        load_average(),
         times.iter().copied().fold(f64::INFINITY, f64::min),
         median(&mut ratios),
+        pass_ms / bare_ms,
     );
     sim.shutdown().await;
 }

@@ -592,9 +592,7 @@ impl AgentConfig {
                 &invalid,
             )?
         };
-        let read_concurrency = raw_pve
-            .read_concurrency
-            .unwrap_or(DEFAULT_READ_CONCURRENCY);
+        let read_concurrency = raw_pve.read_concurrency.unwrap_or(DEFAULT_READ_CONCURRENCY);
         if !(1..=MAX_READ_CONCURRENCY).contains(&read_concurrency) {
             return Err(invalid(
                 "pve.read_concurrency",

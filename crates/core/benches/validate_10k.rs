@@ -226,7 +226,11 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
-        println!("validate_10k: wrote {} files under {}", files.len(), dir.display());
+        println!(
+            "validate_10k: wrote {} files under {}",
+            files.len(),
+            dir.display()
+        );
         return ExitCode::SUCCESS;
     }
     let bytes: usize = files.values().map(String::len).sum();

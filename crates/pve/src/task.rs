@@ -479,16 +479,24 @@ mod tests {
         let defaults = WaitOptions::default();
         assert_eq!(
             schedule_ms(None, &defaults, 14),
-            [0, 50, 100, 150, 200, 250, 312, 390, 488, 610, 762, 953, 1192, 1490]
+            [
+                0, 50, 100, 150, 200, 250, 312, 390, 488, 610, 762, 953, 1192, 1490
+            ]
         );
         // far into a long task the gap is the cap: one GET per second
         let late = Duration::from_secs(600);
-        assert_eq!(next_poll(Some(late), None, &defaults) - late, Duration::from_secs(1));
+        assert_eq!(
+            next_poll(Some(late), None, &defaults) - late,
+            Duration::from_secs(1)
+        );
         // the end is seen within a quarter of the time waited, whenever it falls
         let mut last = Duration::ZERO;
         for _ in 0..40 {
             let next = next_poll(Some(last), None, &defaults);
-            assert!(next - last <= (last / 4).max(defaults.poll_interval), "{last:?}");
+            assert!(
+                next - last <= (last / 4).max(defaults.poll_interval),
+                "{last:?}"
+            );
             last = next;
         }
     }
@@ -506,9 +514,15 @@ mod tests {
         );
         // a task much slower than usual falls back to gaps growing to the cap
         let late = Duration::from_secs(60);
-        assert_eq!(next_poll(Some(late), second, &defaults) - late, Duration::from_secs(1));
+        assert_eq!(
+            next_poll(Some(late), second, &defaults) - late,
+            Duration::from_secs(1)
+        );
         // an expectation shorter than the shortest gap polls at once
-        assert_eq!(next_poll(None, Some(Duration::ZERO), &defaults), Duration::ZERO);
+        assert_eq!(
+            next_poll(None, Some(Duration::ZERO), &defaults),
+            Duration::ZERO
+        );
     }
 
     #[test]
@@ -522,7 +536,10 @@ mod tests {
             durations.expected("qmcreate"),
             Some(Duration::from_millis(1500))
         );
-        assert_eq!(durations.expected("download"), Some(Duration::from_secs(30)));
+        assert_eq!(
+            durations.expected("download"),
+            Some(Duration::from_secs(30))
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -570,10 +587,12 @@ mod tests {
             stopped("checksum mismatch: got 'a' != expect 'b'"),
         ]);
         let s = script.clone();
-        let err = poll_until_stopped(&upid(), &opts(60), None, &CancellationToken::new(), || s.fetch())
-            .await
-            .0
-            .unwrap_err();
+        let err = poll_until_stopped(&upid(), &opts(60), None, &CancellationToken::new(), || {
+            s.fetch()
+        })
+        .await
+        .0
+        .unwrap_err();
         match &err {
             TaskError::Failed { exitstatus, .. } => {
                 assert_eq!(exitstatus, "checksum mismatch: got 'a' != expect 'b'");
@@ -590,10 +609,12 @@ mod tests {
     async fn wait_times_out_while_task_keeps_running() {
         let script = Script::new(vec![]);
         let s = script.clone();
-        let err = poll_until_stopped(&upid(), &opts(2), None, &CancellationToken::new(), || s.fetch())
-            .await
-            .0
-            .unwrap_err();
+        let err = poll_until_stopped(&upid(), &opts(2), None, &CancellationToken::new(), || {
+            s.fetch()
+        })
+        .await
+        .0
+        .unwrap_err();
         assert!(
             matches!(err, TaskError::Timeout { waited, .. } if waited == Duration::from_secs(2))
         );
@@ -624,17 +645,20 @@ mod tests {
         let script = Script::new(vec![server_error(595, ""), running(), stopped("OK")]);
         let s = script.clone();
         assert!(
-            poll_until_stopped(&upid(), &opts(60), None, &CancellationToken::new(), || s.fetch())
-                .await
-                .0
-                .is_ok()
+            poll_until_stopped(&upid(), &opts(60), None, &CancellationToken::new(), || s
+                .fetch())
+            .await
+            .0
+            .is_ok()
         );
         let script = Script::new(vec![server_error(400, "no such task")]);
         let s = script.clone();
-        let err = poll_until_stopped(&upid(), &opts(60), None, &CancellationToken::new(), || s.fetch())
-            .await
-            .0
-            .unwrap_err();
+        let err = poll_until_stopped(&upid(), &opts(60), None, &CancellationToken::new(), || {
+            s.fetch()
+        })
+        .await
+        .0
+        .unwrap_err();
         assert!(matches!(err, TaskError::Status { ref source, .. } if source.is_not_found()));
     }
 }

@@ -560,7 +560,10 @@ fn is_status_of(record: &proxops_pve_sim::RequestRecord, upid: &proxops_pve::Upi
 /// Status GETs the simulator logged for one task.
 fn status_polls(sim: &RunningSim, upid: &proxops_pve::Upid) -> usize {
     let log = sim.control().requests();
-    log.requests.iter().filter(|r| is_status_of(r, upid)).count()
+    log.requests
+        .iter()
+        .filter(|r| is_status_of(r, upid))
+        .count()
 }
 
 #[tokio::test]
@@ -580,9 +583,14 @@ async fn a_task_wait_polls_once_per_step_and_never_after_the_task_ended() {
         .download_url("pve1", "local", &download("a.iso"))
         .await
         .unwrap();
-    let status = wait_for_task(&client, &first, &WaitOptions::default(), &CancellationToken::new())
-        .await
-        .unwrap();
+    let status = wait_for_task(
+        &client,
+        &first,
+        &WaitOptions::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     assert!(status.is_success(), "{status:?}");
     let polls = status_polls(&sim, &first);
     assert!(polls >= 1, "{polls} status GETs");
@@ -593,9 +601,14 @@ async fn a_task_wait_polls_once_per_step_and_never_after_the_task_ended() {
         .download_url("pve1", "local", &download("b.iso"))
         .await
         .unwrap();
-    wait_for_task(&client, &second, &WaitOptions::default(), &CancellationToken::new())
-        .await
-        .unwrap();
+    wait_for_task(
+        &client,
+        &second,
+        &WaitOptions::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     assert!(status_polls(&sim, &second) >= 1);
     assert_eq!(status_polls(&sim, &first), polls);
     // Every status GET of the first task went out before the second task was created.
