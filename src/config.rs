@@ -1246,10 +1246,10 @@ write_breaker_cool_down = "90s"
 
     #[test]
     fn read_concurrency_is_taken_from_the_pve_section_and_bounded() {
-        let config = load_with(&format!("{PVE}read_concurrency = 3\n")).unwrap();
+        let config = load_with(&format!("{PVE}insecure = true\nread_concurrency = 3\n")).unwrap();
         assert_eq!(config.pve.read_concurrency, 3);
         for bad in [0, MAX_READ_CONCURRENCY + 1] {
-            let err = load_with(&format!("{PVE}read_concurrency = {bad}\n"))
+            let err = load_with(&format!("{PVE}insecure = true\nread_concurrency = {bad}\n"))
                 .unwrap_err()
                 .to_string();
             assert!(
