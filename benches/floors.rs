@@ -105,10 +105,17 @@ fn context(sim: &RunningSim, read_concurrency: usize) -> Context {
             concurrency_per_node: CONCURRENCY,
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(10),
+            local_node: None,
+            // Every create in one pass: the bench measures the waits, not the create cap.
+            scope: proxops_core::scope::Scope {
+                max_creates: u32::MAX,
+                ..proxops_core::scope::Scope::default()
+            },
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
         read_concurrency,
+        snippets: proxops::snippets::SnippetsConfig::default(),
     }
 }
 

@@ -98,10 +98,17 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
             concurrency_per_node,
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(10),
+            local_node: None,
+            // Every guest in one pass: the bench measures the executor, not the create cap.
+            scope: proxops_core::scope::Scope {
+                max_creates: u32::MAX,
+                ..proxops_core::scope::Scope::default()
+            },
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
         read_concurrency: proxops::config::DEFAULT_READ_CONCURRENCY,
+        snippets: proxops::snippets::SnippetsConfig::default(),
     }
 }
 

@@ -91,10 +91,13 @@ async fn run() {
             concurrency_per_node: 4,
             wait: WaitOptions::default(),
             lock_retry_for: Duration::from_secs(1),
+            local_node: None,
+            scope: proxops_core::scope::Scope::default(),
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
         read_concurrency: proxops::config::DEFAULT_READ_CONCURRENCY,
+        snippets: proxops::snippets::SnippetsConfig::default(),
     };
     let desired = reconcile::desired_state(&files, None).unwrap();
     let mut timings = Vec::new();

@@ -116,6 +116,13 @@ for setting in MemoryHigh= MemoryMax= OOMScoreAdjust= LimitNOFILE=65536 TasksMax
   LoadCredential=pve-root-ca:/etc/pve/pve-root-ca.pem; do
   grep -q "^$setting" "$unit" || fail "the unit lacks $setting"
 done
+# Write access for cloud-init snippets (issue 21): the snippets directory of `local`, and
+# nothing else of the read-only system.
+grep -qx 'ReadWritePaths=-/var/lib/vz/snippets' "$unit" ||
+  fail "the unit lacks ReadWritePaths=-/var/lib/vz/snippets"
+if [[ "$(grep -c '^ReadWritePaths=' "$unit")" != 1 ]]; then
+  fail "the unit opens more than the snippets directory for writing"
+fi
 if grep -q '^SupplementaryGroups=' "$unit"; then
   fail "the unit sets SupplementaryGroups= (the CA comes as a credential)"
 fi

@@ -652,6 +652,14 @@ fn action_requirements(
                 ],
             ));
         }
+        Verb::WriteSnippet(s) | Verb::RemoveSnippet(s) => {
+            // The storage's path comes from `GET /storage/{storage}`, which pve-storage
+            // guards with Datastore.Allocate (`PVE/API2/Storage/Config.pm`, `read`).
+            out.push(require(
+                &why,
+                vec![pp(format!("/storage/{}", s.storage), "Datastore.Allocate")],
+            ));
+        }
         Verb::Create(c) => {
             let vm = format!("/vms/{}", c.vmid);
             out.push(require(&why, vec![pp(&vm, "VM.Allocate")]));
@@ -754,6 +762,11 @@ fn action_requirements(
                     Write::Update,
                     &why,
                 ));
+            }
+            if u.regenerate_cloudinit {
+                // qemu-server `cloudinit_update` (PUT .../cloudinit): VM.Config.Cloudinit.
+                let vm = format!("/vms/{}", u.vmid);
+                out.push(require(&why, vec![pp(&vm, "VM.Config.Cloudinit")]));
             }
             if !u.grow.is_empty() {
                 let vm = format!("/vms/{}", u.vmid);

@@ -13,6 +13,8 @@ pub use proxops_pve::Trust;
 use secrecy::SecretString;
 use serde::Deserialize;
 
+mod scope;
+
 /// Default `[pve] url`: the local node's API.
 pub const DEFAULT_PVE_URL: &str = "https://127.0.0.1:8006";
 /// Default `[pve] ca_file`: the cluster CA present on every PVE node.
@@ -71,6 +73,12 @@ pub struct AgentConfig {
     pub policy: Policy,
     /// Where the cluster's SOPS document and its age identity are.
     pub secrets: SecretsConfig,
+    /// `[[notify]]`: where pass results are announced (`crate::notify`).
+    pub notify: Vec<crate::notify::config::NotifyTarget>,
+    /// `[snippets]`: the default storage of cloud-init snippets and their grace period.
+    pub snippets: crate::snippets::SnippetsConfig,
+    /// `[scope]`: what the repository may declare, adopt and create.
+    pub scope: proxops_core::scope::Scope,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -131,6 +139,10 @@ pub struct HttpConfig {
     /// lower case; `*` admits any. Default: `localhost`, `127.0.0.1`, `[::1]` and the IP of
     /// `[http] listen`. A request naming another host is refused (DNS rebinding).
     pub allowed_hosts: Vec<String>,
+    /// `[http] commit_url`: where the web UI links a commit, with `{sha}` standing for the
+    /// full commit id (e.g. `https://forge.example.org/owner/repo/commit/{sha}`). Unset: the
+    /// UI shows commits without links.
+    pub commit_url: Option<String>,
 }
 
 /// `[pve]`.
@@ -257,6 +269,10 @@ struct RawConfig {
     pve: Option<RawPve>,
     policy: Option<RawPolicy>,
     secrets: Option<RawSecrets>,
+    #[serde(default)]
+    notify: Vec<toml::Table>,
+    snippets: Option<crate::snippets::config::RawSnippets>,
+    scope: Option<scope::RawScope>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -291,6 +307,7 @@ struct RawHttp {
     listen: Option<String>,
     token_file: Option<PathBuf>,
     allowed_hosts: Option<Vec<String>>,
+    commit_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -526,9 +543,28 @@ impl AgentConfig {
             }
             None => default_allowed_hosts(listen),
         };
+        let commit_url = raw_http
+            .commit_url
+            .map(|url| {
+                let url = url.trim().to_owned();
+                let scheme_ok = url.starts_with("https://") || url.starts_with("http://");
+                if scheme_ok && url.contains("{sha}") && !url.contains(char::is_whitespace) {
+                    Ok(url)
+                } else {
+                    Err(invalid(
+                        "http.commit_url",
+                        format!(
+                            "`{url}` is not an http(s) URL with `{{sha}}` in it \
+                             (e.g. https://forge.example.org/owner/repo/commit/{{sha}})"
+                        ),
+                    ))
+                }
+            })
+            .transpose()?;
         let http = HttpConfig {
             token,
             allowed_hosts,
+            commit_url,
         };
 
         let raw_pve = raw.pve.ok_or_else(|| {
@@ -617,6 +653,12 @@ impl AgentConfig {
             file: raw_secrets.file.map(|f| base.join(f)),
         };
 
+        let snippets = raw
+            .snippets
+            .unwrap_or_default()
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
+
         let p = raw.policy.unwrap_or_default();
         let task_timeout_text = p
             .task_timeout
@@ -650,6 +692,20 @@ impl AgentConfig {
             task_timeout,
         };
 
+        let notify = crate::notify::config::parse(
+            raw.notify,
+            &crate::notify::config::Loader {
+                path,
+                resolve: &resolve,
+                read_secret: &read_secret,
+            },
+        )?;
+        let scope = raw
+            .scope
+            .unwrap_or_default()
+            .validate()
+            .map_err(|bad| invalid(bad.key, bad.message))?;
+
         Ok(AgentConfig {
             node,
             cluster: raw.cluster,
@@ -663,8 +719,32 @@ impl AgentConfig {
             pve,
             policy,
             secrets,
+            notify,
+            snippets,
+            scope,
         })
     }
+}
+
+/// The `[scope]` of the agent config at `path`, reading nothing else of it (no secret file):
+/// what `proxops validate --config` checks a repository against.
+///
+/// # Errors
+/// The file cannot be read, is not TOML of the config's shape, or `[scope]` is invalid.
+pub fn scope_of(path: &Path) -> Result<proxops_core::scope::Scope, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let raw: RawConfig = toml::from_str(&text).map_err(|e| syntax_error(path, &text, &e))?;
+    raw.scope
+        .unwrap_or_default()
+        .validate()
+        .map_err(|bad| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: bad.key.to_owned(),
+            message: bad.message,
+        })
 }
 
 /// Whether `[source] url` is fetched over ssh: `ssh://` (and git's `git+ssh://`, `ssh+git://`)
@@ -1329,6 +1409,33 @@ write_breaker_cool_down = "90s"
             err.contains("http.allowed_hosts: `pve1.example.org:9494` is not a host name"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_commit_url_template_needs_an_http_scheme_and_the_sha_placeholder() {
+        let config = load_with(&format!(
+            "[http]\ncommit_url = \"https://forge.example.org/o/r/commit/{{sha}}\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.http.commit_url.as_deref(),
+            Some("https://forge.example.org/o/r/commit/{sha}")
+        );
+        let err = load_with(&format!(
+            "[http]\ncommit_url = \"https://forge.example.org/o/r/commit/\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("http.commit_url: `https://forge.example.org/o/r/commit/` is not an http(s) URL with `{sha}`"),
+            "{err}"
+        );
+        let err = load_with(&format!(
+            "[http]\ncommit_url = \"javascript:alert({{sha}})\"\n{PVE}insecure = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("http.commit_url"), "{err}");
     }
 
     #[test]

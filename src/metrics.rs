@@ -40,6 +40,13 @@ struct ResultLabel {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotificationLabels {
+    target: String,
+    kind: String,
+    result: String,
+}
+
 /// The agent's metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -54,6 +61,7 @@ pub struct Metrics {
     pve_requests: Counter,
     pve_writes: Counter,
     webhooks: Family<ResultLabel, Counter>,
+    notifications: Family<NotificationLabels, Counter>,
     seen_requests: AtomicU64,
     seen_writes: AtomicU64,
     seen_webhooks: Mutex<[u64; 4]>,
@@ -132,6 +140,13 @@ impl Default for Metrics {
             "Webhook deliveries by result",
             webhooks.clone(),
         );
+        let notifications = Family::<NotificationLabels, Counter>::default();
+        registry.register(
+            "notifications",
+            "Notifications by target ([[notify]] index), kind and result: sent, failed (given \
+             up after retries or refused), dropped (queue full), rate-limited",
+            notifications.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             passes,
@@ -145,6 +160,7 @@ impl Default for Metrics {
             pve_requests,
             pve_writes,
             webhooks,
+            notifications,
             seen_requests: AtomicU64::new(0),
             seen_writes: AtomicU64::new(0),
             seen_webhooks: Mutex::new([0; 4]),
@@ -175,6 +191,18 @@ impl Metrics {
                 verb: verb.to_owned(),
             })
             .observe(seconds);
+    }
+
+    /// Counts a notification for `[[notify]]` table `target` of `kind` by `result` (`sent`,
+    /// `failed`, `dropped`, `rate-limited`).
+    pub fn notification(&self, target: usize, kind: &str, result: &str) {
+        self.notifications
+            .get_or_create(&NotificationLabels {
+                target: target.to_string(),
+                kind: kind.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
     }
 
     /// Values read at scrape time.

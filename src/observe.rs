@@ -46,6 +46,27 @@ fn listings_needed(
                 .insert(content);
         }
     }
+    // Cloud-init snippets: the `snippets` listing of each storage a VM in scope writes
+    // them to (what is there, and each file's ctime for the grace period).
+    for resource in desired.manifest.resources() {
+        let Some(Spec::Vm(vm)) = &resource.spec else {
+            continue;
+        };
+        let Some(resolved) = &vm.cloud_init_data.snippets.resolved else {
+            continue;
+        };
+        if !scope.includes(vm.node.as_str()) {
+            continue;
+        }
+        for s in &resolved.snippets {
+            needed
+                .entry(vm.node.as_str().to_owned())
+                .or_default()
+                .entry(s.storage.clone())
+                .or_default()
+                .insert("snippets");
+        }
+    }
     needed
 }
 
@@ -267,30 +288,57 @@ async fn observe_node(
             let pve = pve.clone();
             let (node, storage) = (node.clone(), storage.clone());
             listings.spawn(async move {
-                let listing = list(&pve, &node, &storage, content).await;
-                (storage, content, listing)
+                let (listing, ctimes) = list(&pve, &node, &storage, content).await;
+                (storage, content, listing, ctimes)
             });
         }
     }
     while let Some(joined) = listings.join_next().await {
-        let Ok((storage, content, listing)) = joined else {
+        let Ok((storage, content, listing, ctimes)) = joined else {
             continue;
         };
         observed.add_listing(&node, &storage, content, listing);
+        if content == "snippets"
+            && let Some(entry) = observed.storages.get_mut(&(node.clone(), storage))
+        {
+            entry.ctimes.extend(ctimes);
+        }
     }
     observed
 }
 
-async fn list(pve: &PveClient, node: &str, storage: &str, content: &str) -> Listing {
+/// One listing, with each volume's `ctime` (kept for snippets only).
+async fn list(
+    pve: &PveClient,
+    node: &str,
+    storage: &str,
+    content: &str,
+) -> (Listing, Vec<(String, u64)>) {
     let Ok(content_type) = content.parse::<ContentType>() else {
-        return Listing::Failed(format!("unknown content type {content}"));
+        return (
+            Listing::Failed(format!("unknown content type {content}")),
+            Vec::new(),
+        );
     };
     match pve.storage_content(node, storage, Some(content_type)).await {
-        Ok(items) => Listing::Listed(items.into_iter().map(|i| i.volid).collect()),
+        Ok(items) => {
+            let ctimes = if content == "snippets" {
+                items
+                    .iter()
+                    .filter_map(|i| Some((i.volid.clone(), i.ctime?)))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (
+                Listing::Listed(items.into_iter().map(|i| i.volid).collect()),
+                ctimes,
+            )
+        }
         Err(error) => {
             let reason = error_text(&error);
             tracing::warn!(%node, %storage, %content, %reason, "storage listing failed");
-            Listing::Failed(reason)
+            (Listing::Failed(reason), Vec::new())
         }
     }
 }

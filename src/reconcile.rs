@@ -28,7 +28,12 @@ pub use crate::config::Mode;
 use crate::config::{AgentConfig, SecretsConfig};
 use crate::execute::{self, ApplyReport, LevelGate, Progress};
 use crate::observe;
-use crate::secrets::resolve::{ResolveError, resolve_desired};
+use crate::secrets::resolve::{
+    ResolveError, UnresolvedRef, open_revision_document, resolve_desired,
+};
+use crate::secrets::sops::resolve_snippet_ref;
+use crate::snippets::SnippetsConfig;
+use crate::snippets::resolve as snippet_resolve;
 
 /// What a pass needs from the world.
 #[derive(Clone)]
@@ -45,6 +50,8 @@ pub struct Context {
     pub mode: Mode,
     /// `[pve] read_concurrency`: GETs in flight at once while observing.
     pub read_concurrency: usize,
+    /// `[snippets]`: the default storage of cloud-init snippets and their grace period.
+    pub snippets: SnippetsConfig,
 }
 
 impl Context {
@@ -61,10 +68,16 @@ impl Context {
                     ..WaitOptions::default()
                 },
                 lock_retry_for: Duration::from_secs(60),
+                local_node: match &config.node {
+                    NodeScope::Node(node) => Some(node.clone()),
+                    NodeScope::All => None,
+                },
+                scope: config.scope.clone(),
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,
             read_concurrency: config.pve.read_concurrency,
+            snippets: config.snippets.clone(),
         }
     }
 }
@@ -213,6 +226,56 @@ pub fn resolve_secrets(
     resolve_desired(desired, files, secrets).map_err(ReconcileError::from)
 }
 
+/// Gives every VM of `desired` its cloud-init snippets: the text (inline or the revision's
+/// file), each `${secret:<ref>}` replaced from the cluster's SOPS document (opened only when
+/// a snippet names one), hashed and named. Plans hold the names and hashes; the executor
+/// writes the text.
+///
+/// # Errors
+/// A missing snippet file ([`ReconcileError::Invalid`], located), or a reference that does
+/// not resolve ([`ReconcileError::Secrets`]), before any PVE request.
+pub fn resolve_snippets(
+    desired: &mut DesiredState,
+    files: &BTreeMap<String, String>,
+    secrets: &SecretsConfig,
+    snippets: &SnippetsConfig,
+) -> Result<(), ReconcileError> {
+    let references = snippet_resolve::references(desired, files);
+    let document = if references.is_empty() {
+        None
+    } else {
+        Some(open_revision_document(
+            desired.cluster.as_deref(),
+            files,
+            secrets,
+        )?)
+    };
+    let lookup = |reference: &str| {
+        document
+            .as_ref()
+            .and_then(|d| resolve_snippet_ref(d, reference))
+            .cloned()
+    };
+    snippet_resolve::resolve(desired, files, &snippets.storage, &lookup).map_err(
+        |error| match error {
+            snippet_resolve::ResolveError::Invalid(diagnostics) => {
+                ReconcileError::Invalid(diagnostics)
+            }
+            snippet_resolve::ResolveError::Unresolved(r) => {
+                ReconcileError::Secrets(ResolveError::Unresolved(UnresolvedRef {
+                    document: document
+                        .as_ref()
+                        .map(|d| d.path().to_path_buf())
+                        .unwrap_or_default(),
+                    field: format!("{}: {}", r.path, r.field),
+                    reference: r.reference,
+                    empty: false,
+                }))
+            }
+        },
+    )
+}
+
 /// Observes PVE and plans with the default policy (no prune, no restarts): no writes.
 pub async fn observe_and_plan(ctx: &Context, desired: &DesiredState) -> Plan {
     observe_and_plan_with(ctx, desired, &PlanOptions::default()).await
@@ -231,8 +294,19 @@ pub async fn observe_and_plan_with(
         prune: options.prune,
         max_prune: options.max_prune,
         restart_on_change: options.restart_on_change,
+        snippets_removable_before: removable_before(ctx.snippets.grace),
     };
-    plan::plan(desired, &observed, &inventory, &policy)
+    let plan = plan::plan(desired, &observed, &inventory, &policy);
+    // `[scope]`: no prune outside it, at most `max_creates` creates this pass.
+    proxops_core::scope::restrict(&ctx.execute.scope, desired, plan)
+}
+
+/// The `ctime` before which an unreferenced snippet has been left longer than `grace`.
+fn removable_before(grace: Duration) -> Option<u64> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    now.checked_sub(grace).map(|t| t.as_secs())
 }
 
 /// Why a pass that asked to apply wrote nothing although the plan has changes, in report mode.
@@ -305,6 +379,11 @@ pub async fn reconcile_once(
     cancel: &CancellationToken,
 ) -> Result<Pass, ReconcileError> {
     let mut desired = desired_state(files, cluster)?;
+    // `[scope]`: a revision outside the operator's scope is invalid, before PVE is read.
+    let outside = crate::scope::check_revision(&ctx.execute.scope, &desired, files).await;
+    if outside.iter().any(Diagnostic::is_error) {
+        return Err(ReconcileError::Invalid(outside));
+    }
     if let Err(error) = resolve_secrets(&mut desired, files, &ctx.secrets) {
         let ReconcileError::Secrets(resolve) = &error else {
             return Err(error);
@@ -312,6 +391,11 @@ pub async fn reconcile_once(
         if !hooks.secrets_failed(resolve) {
             return Err(error);
         }
+    }
+    match resolve_snippets(&mut desired, files, &ctx.secrets, &ctx.snippets) {
+        Err(ReconcileError::Secrets(resolve)) if hooks.secrets_failed(&resolve) => {}
+        Err(error) => return Err(error),
+        Ok(()) => {}
     }
     let plan = observe_and_plan_with(ctx, &desired, options).await;
     hooks.planned(&desired, &plan);

@@ -73,6 +73,8 @@ pub async fn run(
         pve: shared.pve.clone(),
         webhook_metrics: webhook.as_ref().map(|w| w.metrics.clone()),
         node_label: shared.node_label.clone(),
+        preview: shared.preview.clone(),
+        commit_url: config.http.commit_url.clone(),
     };
     write_addr(&config.state_dir, http_addr_path(&config.state_dir), listen)?;
     let access = http::access::Access::from_config(&config, config_path);

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use proxops_core::diagnostic::Diagnostic;
+use proxops_core::scope::Scope;
 use serde::Serialize;
 
 use crate::source::directory::{DirectoryError, read_manifest_files};
@@ -37,16 +38,28 @@ pub struct StateSummary {
     pub levels: usize,
 }
 
-/// Loads the repository at `path` and checks every manifest and every secret reference.
+/// Loads the repository at `path` and checks every manifest and every secret reference,
+/// and every valid desired state against the operator's `scope` (`[scope]` of the agent
+/// config, or the defaults without one). Artifact host names are not resolved here: plan,
+/// apply and the agent do that.
 ///
 /// # Errors
 /// The repository's files cannot be read.
-pub fn validate(path: &Path) -> Result<Report, DirectoryError> {
+pub fn validate(path: &Path, scope: &Scope) -> Result<Report, DirectoryError> {
     let files = read_manifest_files(path)?;
     let mut loaded = proxops_core::repository::load(&files);
     // `ssh-key-refs` / `ci-password-ref` against the cluster's SOPS key names (issue 10).
     let refs = crate::secrets::refs::check(path, &files, &loaded);
     loaded.diagnostics.extend(refs);
+    // `[scope]`: what the operator allows (issue 16), for each state that is valid so far.
+    let mut outside = Vec::new();
+    loaded.states.retain(|state| {
+        let problems = proxops_core::scope::check(scope, state, &files);
+        let in_scope = problems.is_empty();
+        outside.extend(problems);
+        in_scope
+    });
+    loaded.diagnostics.extend(outside);
     proxops_core::diagnostic::sort_diagnostics(&mut loaded.diagnostics);
     let states = loaded
         .states

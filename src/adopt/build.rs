@@ -221,6 +221,7 @@ pub(crate) fn build(
             });
         }
         report.gaps.append(&mut mapping.gaps);
+        report.adopt_vmids.push(guest.vmid);
         report.written.push(Written {
             path: path.clone(),
             resource,

@@ -73,6 +73,34 @@ pub struct Report {
     pub requests: u64,
     /// Non-GET requests sent (always 0 in a report: adopt fails otherwise).
     pub writes: u64,
+    /// The vmids of the guests written with `proxops/adopt: "true"`: the agent adopts them
+    /// only once `[scope] adopt` in agent.toml lists them (a manifest alone cannot).
+    pub adopt_vmids: Vec<u32>,
+}
+
+impl Report {
+    /// The `[scope] adopt` value that lists [`Report::adopt_vmids`], consecutive vmids as
+    /// ranges (`"100-102,200"`); `None` when no guest was written.
+    pub fn adopt_ranges(&self) -> Option<String> {
+        let mut vmids = self.adopt_vmids.clone();
+        vmids.sort_unstable();
+        vmids.dedup();
+        let mut parts: Vec<String> = Vec::new();
+        let mut iter = vmids.into_iter().peekable();
+        while let Some(first) = iter.next() {
+            let mut last = first;
+            while iter.peek() == Some(&(last + 1)) {
+                last += 1;
+                iter.next();
+            }
+            parts.push(if first == last {
+                first.to_string()
+            } else {
+                format!("{first}-{last}")
+            });
+        }
+        (!parts.is_empty()).then(|| parts.join(","))
+    }
 }
 
 impl Report {
@@ -107,6 +135,12 @@ impl Report {
             for line in &self.resources_lines {
                 let _ = writeln!(out, "{line}");
             }
+        }
+        if let Some(ranges) = self.adopt_ranges() {
+            let _ = writeln!(
+                out,
+                "\nSCOPE: the agent takes these guests over only when agent.toml allows it; add under [scope]:\n  adopt = \"{ranges}\""
+            );
         }
         section(&mut out, "INCOMPLETE", &self.incomplete, |i| {
             let mut text = format!("{}: fill in", i.path);
@@ -170,6 +204,22 @@ fn section<T>(out: &mut String, title: &str, items: &[T], line: impl Fn(&T) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_adopted_vmids_are_given_as_the_scope_adopt_line_to_add() {
+        let report = Report {
+            adopt_vmids: vec![102, 100, 101, 200],
+            ..Report::default()
+        };
+        assert_eq!(report.adopt_ranges().as_deref(), Some("100-102,200"));
+        let text = report.render();
+        assert!(
+            text.contains("add under [scope]:\n  adopt = \"100-102,200\"\n"),
+            "{text}"
+        );
+        assert_eq!(Report::default().adopt_ranges(), None);
+        assert!(!Report::default().render().contains("SCOPE"));
+    }
 
     #[test]
     fn gap_values_from_pve_are_shown_on_one_line_without_control_characters() {

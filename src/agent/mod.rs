@@ -111,6 +111,8 @@ pub fn node_label(scope: &NodeScope) -> String {
 struct Running {
     deps: PassDeps,
     schedule: Schedule,
+    /// `[[notify]]`: rebuilt with the configuration (a reload drops what was still queued).
+    notifier: crate::notify::Notifier,
 }
 
 /// What survives a configuration reload.
@@ -121,6 +123,21 @@ struct Kept {
     interrupt: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
     breaker: Arc<Mutex<breaker::Breaker>>,
+    preview: Arc<Mutex<Option<PreviewInputs>>>,
+}
+
+/// What a read-only plan preview needs (the web UI's plan page): the PVE client, scope,
+/// source, cluster and policy of the configuration in force, republished on every reload.
+#[derive(Clone)]
+pub struct PreviewInputs {
+    /// PVE client and node scope (the preview runs in `Mode::Report`: it never writes).
+    pub context: Context,
+    /// The git repository followed (the preview reads its last fetched revision).
+    pub source: Arc<GitSource>,
+    /// The cluster followed (composition mode).
+    pub cluster: Option<String>,
+    /// Prune and restart policy, as a pass plans with it.
+    pub plan_options: PlanOptions,
 }
 
 fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running, AgentError> {
@@ -140,10 +157,28 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             config.policy.write_breaker_threshold,
             config.policy.write_breaker_cool_down,
         );
+    let notifier = crate::notify::Notifier::start(
+        &config.notify,
+        &kept.store,
+        &node_label(&config.node),
+        config.cluster.clone(),
+        kept.metrics.clone(),
+    );
+    let source = Arc::new(source);
+    *kept
+        .preview
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(PreviewInputs {
+        context: context.clone(),
+        source: source.clone(),
+        cluster: config.cluster.clone(),
+        plan_options: PlanOptions::from_config(config),
+    });
     Ok(Running {
+        notifier,
         deps: PassDeps {
             context,
-            source: Arc::new(source),
+            source,
             store: kept.store,
             live: kept.live,
             cluster: config.cluster.clone(),
@@ -182,6 +217,8 @@ pub struct Shared {
     /// Where webhook deliveries nudge the loop (capacity one: deliveries during a pass
     /// coalesce into one more pass).
     pub nudges: mpsc::Sender<Nudge>,
+    /// What a plan preview needs, as of the last (re)load of the configuration.
+    pub preview: Arc<Mutex<Option<PreviewInputs>>>,
 }
 
 impl Agent {
@@ -216,6 +253,7 @@ impl Agent {
                 config.policy.write_breaker_threshold,
                 config.policy.write_breaker_cool_down,
             ))),
+            preview: Arc::new(Mutex::new(None)),
         };
         let running = build(config, config_path, kept.clone())?;
         let (nudge_tx, nudges) = mpsc::channel::<Nudge>(1);
@@ -226,6 +264,7 @@ impl Agent {
             pve: running.deps.context.pve.clone(),
             node_label: running.deps.node_label.clone(),
             nudges: nudge_tx,
+            preview: kept.preview.clone(),
         };
         let agent = Self {
             config_path: config_path.to_path_buf(),
@@ -261,6 +300,11 @@ impl Agent {
         let mut trigger = Trigger::Startup;
         loop {
             let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
+            running.notifier.pass_finished(
+                &kept.store,
+                &running.deps.node_label,
+                !running.deps.writes_allowed(),
+            );
             if let Some(last) = kept.live.last() {
                 kept.metrics.pass(&last.outcome);
             }

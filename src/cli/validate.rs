@@ -20,11 +20,19 @@ pub struct Args {
     /// Print one JSON report on stdout instead of text.
     #[arg(long)]
     json: bool,
+    /// Check against the `[scope]` of this agent config (only that table is read); without
+    /// it, against the defaults of an agent config without `[scope]`.
+    #[arg(long)]
+    config: Option<PathBuf>,
 }
 
 /// Validates the repository at `args.path`.
 pub fn run(args: &Args) -> anyhow::Result<Exit> {
-    let report = validate(&args.path)
+    let scope = match &args.config {
+        Some(config) => crate::config::scope_of(config)?,
+        None => proxops_core::scope::Scope::default(),
+    };
+    let report = validate(&args.path, &scope)
         .with_context(|| format!("reading manifests from {}", args.path.display()))?;
     if args.json {
         output::print_json(&report)?;

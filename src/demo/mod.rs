@@ -619,7 +619,9 @@ fn context(config: &AgentConfig) -> anyhow::Result<Context> {
 
 /// The agent's configuration: every node, the demo repository over `file://`, a poll so rare
 /// that only webhooks trigger passes after the first, secrets in files, the status API on any
-/// free port (the agent says which in `state_dir/http.addr`).
+/// free port (the agent says which in `state_dir/http.addr`), and a `[scope]` that lets the
+/// artifacts come from the demo's file server (loopback, plain http, stand-ins without
+/// checksums).
 fn agent_toml(dir: &Path, repo: &Path, pve_url: &str, fingerprint: &str) -> String {
     let quoted = |s: &str| toml::Value::String(s.to_owned()).to_string();
     let source = format!("file://{}", repo.display());
@@ -647,7 +649,11 @@ fn agent_toml(dir: &Path, repo: &Path, pve_url: &str, fingerprint: &str) -> Stri
          fingerprint = \"{fingerprint}\"\n\
          \n\
          [policy]\n\
-         task_timeout = \"60s\"\n",
+         task_timeout = \"60s\"\n\
+         \n\
+         [scope]\n\
+         artifact_hosts = [\"127.0.0.1\"]\n\
+         allow_http_without_checksum = true\n",
         state = quoted(&state.display().to_string()),
         source = quoted(&source),
         pve_url = quoted(pve_url),

@@ -83,11 +83,13 @@ impl GuestRun<'_> {
             Verb::Reboot(g) => self.power(*g, Power::Reboot).await,
             Verb::Promote(g) => self.promote(*g).await,
             Verb::Delete(g) => self.delete(*g).await,
-            Verb::Download(_) => Err(StepError::Failed {
-                class: FailureClass::Refused,
-                upid: None,
-                error: "not a guest action".to_owned(),
-            }),
+            Verb::Download(_) | Verb::WriteSnippet(_) | Verb::RemoveSnippet(_) => {
+                Err(StepError::Failed {
+                    class: FailureClass::Refused,
+                    upid: None,
+                    error: "not a guest action".to_owned(),
+                })
+            }
         };
         match result {
             Ok((upid, exitstatus)) => Outcome::Succeeded { upid, exitstatus },
@@ -487,6 +489,11 @@ impl GuestRun<'_> {
         }
         self.grow(update.vmid, update.guest_type, &update.grow)
             .await?;
+        if update.regenerate_cloudinit && update.guest_type == GuestType::Qemu {
+            super::snippets::after_cicustom_change(self.pve, self.node(), update)
+                .await
+                .map_err(|e| refused(&e))?;
+        }
         Ok(done)
     }
 

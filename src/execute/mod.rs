@@ -15,6 +15,7 @@
 mod download;
 mod failure;
 mod guest;
+mod snippets;
 
 pub use failure::FailureClass;
 
@@ -41,6 +42,12 @@ pub struct Options {
     pub wait: WaitOptions,
     /// How long to keep retrying a write PVE refused because of a lock.
     pub lock_retry_for: Duration,
+    /// The node this process runs on, which snippet files are written on (`None`: the
+    /// host name).
+    pub local_node: Option<String>,
+    /// `[scope]`: an action outside it is refused, never sent (defence in depth: the
+    /// pipeline keeps such actions out of plans).
+    pub scope: proxops_core::scope::Scope,
 }
 
 /// Progress of an apply, for people watching it.
@@ -296,21 +303,35 @@ pub async fn apply(
                     progress(&Event::Started {
                         action: action.clone(),
                     });
-                    let outcome = match &action.verb {
-                        Verb::Download(d) => {
-                            download::run(&pve, &action, d, &options, &progress, &cancel).await
+                    let outcome = if let Some(error) = options.scope.refusal(&action) {
+                        Outcome::Failed {
+                            class: FailureClass::Refused,
+                            upid: None,
+                            error,
                         }
-                        _ => {
-                            guest::GuestRun {
-                                pve: &pve,
-                                desired: &desired,
-                                action: &action,
-                                options: &options,
-                                progress: &progress,
-                                cancel: &cancel,
+                    } else {
+                        match &action.verb {
+                            Verb::Download(d) => {
+                                download::run(&pve, &action, d, &options, &progress, &cancel).await
                             }
-                            .run()
-                            .await
+                            Verb::WriteSnippet(s) => {
+                                snippets::write(&pve, &desired, &action, s, &options).await
+                            }
+                            Verb::RemoveSnippet(s) => {
+                                snippets::remove(&pve, &action, s, &options).await
+                            }
+                            _ => {
+                                guest::GuestRun {
+                                    pve: &pve,
+                                    desired: &desired,
+                                    action: &action,
+                                    options: &options,
+                                    progress: &progress,
+                                    cancel: &cancel,
+                                }
+                                .run()
+                                .await
+                            }
                         }
                     };
                     if !matches!(outcome, Outcome::Succeeded { .. }) {

@@ -1,5 +1,5 @@
 //! The agent's HTTP surface on `[http] listen`: health, readiness, metrics, the Go program's
-//! `/status`, the `/api/v1/*` JSON API, a read-only status page, and (sharing the port unless
+//! `/status`, the `/api/v1/*` JSON API, the web UI ([`ui`]), and (sharing the port unless
 //! `[webhook] listen` gives them their own) the webhook routes. Read-only: nothing here writes
 //! to PVE or git, and nothing reveals a secret (the types it serialises carry none).
 //!
@@ -10,8 +10,8 @@
 //! answer. How connections are bounded is [`serve`].
 
 pub mod access;
-mod page;
 pub mod serve;
+pub mod ui;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -48,6 +48,10 @@ pub struct HttpState {
     pub webhook_metrics: Option<Arc<WebhookMetrics>>,
     /// The node passes are recorded under.
     pub node_label: String,
+    /// What the web UI's plan preview needs (the configuration in force).
+    pub preview: Arc<std::sync::Mutex<Option<crate::agent::PreviewInputs>>>,
+    /// `[http] commit_url`: how the web UI links a commit.
+    pub commit_url: Option<String>,
 }
 
 /// The whole router of `[http] listen`: the status API behind `access`, plus the webhook
@@ -63,7 +67,6 @@ pub fn router(state: HttpState, webhook: Option<WebhookState>, access: access::A
 /// The status API routes alone, unguarded.
 fn api_router(state: HttpState) -> Router {
     Router::new()
-        .route("/", get(page::status_page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -73,7 +76,8 @@ fn api_router(state: HttpState) -> Router {
         .route("/api/v1/revisions/{id}", get(api_revision))
         .route("/api/v1/passes/{id}", get(api_pass))
         .route("/api/v1/drift", get(api_drift))
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(ui::router(state))
 }
 
 /// A pass as the API shows it.
@@ -745,7 +749,7 @@ async fn api_drift(State(state): State<HttpState>) -> Response {
     }
 }
 
-/// Seconds since the Unix epoch, for the page.
+/// Seconds since the Unix epoch, for the web UI.
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -129,7 +129,11 @@ pub fn resolve_desired(
 }
 
 /// The cluster's document, decrypted: `[secrets] file` from disk, else from the revision.
-fn open_revision_document(
+/// Snippets' `${secret:...}` are resolved from it too (`snippets::resolve`).
+///
+/// # Errors
+/// As [`resolve_desired`]: no document, no identity, a bad document.
+pub fn open_revision_document(
     cluster: Option<&str>,
     files: &BTreeMap<String, String>,
     config: &SecretsConfig,

@@ -41,6 +41,26 @@ pub fn resolve<'a>(document: &'a SopsDocument, reference: &str) -> Option<&'a Se
         .filter(|value| !value.expose_secret().is_empty())
 }
 
+/// A snippet's `${secret:<ref>}` looked up in a decrypted document: `secrets.<name>`,
+/// `cloud-init.passwords.<name>` or `cloud-init.ssh-keys.<name>`; `None` when missing, empty
+/// or of another section.
+pub fn resolve_snippet_ref<'a>(
+    document: &'a SopsDocument,
+    reference: &str,
+) -> Option<&'a SecretString> {
+    let is_ref = reference
+        .strip_prefix(SECRETS)
+        .is_some_and(|rest| rest.starts_with('.'))
+        || reference.starts_with(SSH_KEY_REF_PREFIX)
+        || reference.starts_with(PASSWORD_REF_PREFIX);
+    if !is_ref {
+        return None;
+    }
+    document
+        .get(reference)
+        .filter(|value| !value.expose_secret().is_empty())
+}
+
 /// The names a ProxOps SOPS document offers, read without decrypting.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyNames {

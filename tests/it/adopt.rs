@@ -235,6 +235,28 @@ fn every_node(world: &World) {
     world.write_agent_toml(&world.agent_toml().node("*").cluster("lab"));
 }
 
+/// What the operator writes after reading adopt's report: `toml` with the simulator's
+/// `[scope]`, the `adopt = "…"` line the report gives (a manifest alone adopts nothing) and
+/// `more` scope lines.
+fn allow_adoption(world: &World, toml: AgentToml, report: &str, more: &str) {
+    let line = report
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("adopt = \""))
+        .unwrap_or_else(|| panic!("no [scope] adopt line in the report:\n{report}"));
+    // The simulator's file server, and the placeholder URLs adopt writes (PVE does not
+    // record where a file came from; these tests never download them again).
+    let hosts = "artifact_hosts = [\"127.0.0.1\", \"placeholder.invalid\"]\nallow_http_without_checksum = true";
+    world.write_agent_toml(&toml.scope(hosts).scope(line).scope(more));
+}
+
+/// `proxops validate <repo> --config <agent.toml>`: against the operator's `[scope]`.
+fn validate_in_scope(world: &World) -> std::process::Output {
+    let repo = world.repo().display().to_string();
+    let config = world.dir.path().join("agent.toml").display().to_string();
+    proxops(&["validate", &repo, "--config", &config])
+}
+
 /// Runs `proxops adopt --config <agent.toml> --out <repo>`.
 async fn adopt(world: &World) -> std::process::Output {
     adopt_with(world, &[]).await
@@ -390,7 +412,22 @@ async fn an_adopted_cluster_validates_plans_only_the_ownership_tag_and_converges
     let mut composition = format!("resources:\n{}\n", lines.join("\n"));
     world.write("clusters/lab/resources.yaml", Some(&composition));
     let repo = world.repo().display().to_string();
-    assert_ok(&proxops(&["validate", &repo]));
+    // A manifest alone adopts nothing: without `[scope] adopt` the revision is invalid.
+    let refused = proxops(&["validate", &repo]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+    assert!(
+        stderr(&refused).contains("is outside the operator's scope: [scope] adopt = \"none\""),
+        "{}",
+        stderr(&refused)
+    );
+    // The operator adds the line the report gives (and lets the GPU VM pass its device).
+    allow_adoption(
+        &world,
+        world.agent_toml().node("*").cluster("lab"),
+        &report,
+        "extra_keys = [\"hostpci*\"]",
+    );
+    assert_ok(&validate_in_scope(&world));
 
     // ... then fills in the containers' templates and lists them too.
     for path in ["lxc/lab/data-ct.yaml", "templatect/lab/golden-ct.yaml"] {
@@ -399,7 +436,7 @@ async fn an_adopted_cluster_validates_plans_only_the_ownership_tag_and_converges
         composition.push_str(&format!("  - ../../{path}\n"));
     }
     world.write("clusters/lab/resources.yaml", Some(&composition));
-    assert_ok(&proxops(&["validate", &repo]));
+    assert_ok(&validate_in_scope(&world));
 
     // The first plan only claims each guest with the ownership tag: no other key, no delete,
     // no resize, no finding, no download.
@@ -612,8 +649,13 @@ async fn ssh_keys_all_found_in_the_clusters_sops_document_are_adopted_as_referen
         "clusters/lab/resources.yaml",
         Some("resources:\n  - ../../vm/lab/keyed.yaml\n  - ../../vm/lab/mixed.yaml\n"),
     );
-    let repo = world.repo().display().to_string();
-    assert_ok(&proxops(&["validate", &repo]));
+    allow_adoption(
+        &world,
+        world.agent_toml().cluster("lab").age_key_file(&identity),
+        &report,
+        "",
+    );
+    assert_ok(&validate_in_scope(&world));
     // The keys resolved from the document are the ones PVE has: only the tags change.
     let plan = world.proxops(&["plan", "--json"]).await;
     assert_eq!(plan.status.code(), Some(2), "{}", stderr(&plan));
@@ -804,6 +846,12 @@ async fn after_adopting_guests_pve_created_with_its_defaults_the_first_plan_only
     world.write(
         "clusters/lab/resources.yaml",
         Some(&format!("resources:\n{}\n", lines.join("\n"))),
+    );
+    allow_adoption(
+        &world,
+        world.agent_toml().node("*").cluster("lab"),
+        &report,
+        "",
     );
     let plan = world.proxops(&["plan", "--node", "*", "--json"]).await;
     assert_eq!(plan.status.code(), Some(2), "{}", stderr(&plan));

@@ -859,13 +859,20 @@ async fn an_unmanaged_guest_at_the_vmid_and_a_guest_on_another_node_are_left_unt
     assert!(world.writes().is_empty(), "{:?}", world.writes());
     assert_eq!(api.vmids().await, [140, 141]);
 
-    // Adopting takes the guest over: its first write claims it with the tag.
+    // Adopting takes the guest over once the operator's `[scope] adopt` allows it: its first
+    // write claims it with the tag.
     world.write(
         "vm/theirs.yaml",
         Some(&small_vm("theirs", 140, "").replace(
             "metadata: {name: theirs}",
             "metadata:\n  name: theirs\n  annotations: {proxops/adopt: \"true\"}",
         )),
+    );
+    world.write_agent_toml(
+        &world
+            .agent_toml()
+            .scope(crate::support::agent::SIM_SCOPE)
+            .scope("adopt = \"140\""),
     );
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
     let config = api.config("pve1", "qemu", 140).await;

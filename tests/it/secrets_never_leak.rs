@@ -35,7 +35,13 @@ const PATHS: &[&str] = &[
     "/api/v1/revisions",
     "/api/v1/revisions?limit=1000",
     "/api/v1/drift",
+    "/api/v1/passes/1",
     "/api/v1/nothing-here",
+    "/ui/passes",
+    "/ui/passes/1",
+    "/ui/resources",
+    "/ui/drift",
+    "/ui/plan",
 ];
 
 /// Signed, unsigned, wrongly signed and signed-with-the-wrong-secret deliveries; their answers.

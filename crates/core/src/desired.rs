@@ -308,6 +308,33 @@ impl Manifest {
         }
     }
 
+    /// Gives a VM or TemplateVM its resolved cloud-init snippets (the binary reads their
+    /// text and names them before planning); `false` when `id` is no such resource.
+    pub fn set_resolved_snippets(
+        &mut self,
+        id: &ResourceId,
+        resolved: crate::snippet::ResolvedSnippets,
+    ) -> bool {
+        match self.resources.get_mut(id).and_then(|r| r.spec.as_mut()) {
+            Some(crate::manifest::Spec::Vm(vm)) => {
+                vm.cloud_init_data.snippets.resolved = Some(resolved);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The VMs and TemplateVMs that declare cloud-init snippets, with their resource
+    /// (file, location) and snippets.
+    pub fn snippet_vms(&self) -> impl Iterator<Item = (&Resource, &crate::manifest::Snippets)> {
+        self.resources.values().filter_map(|r| match &r.spec {
+            Some(crate::manifest::Spec::Vm(vm)) if !vm.cloud_init_data.snippets.is_empty() => {
+                Some((r, &vm.cloud_init_data.snippets))
+            }
+            _ => None,
+        })
+    }
+
     /// The VMs and TemplateVMs whose cloud-init data names SOPS references
     /// (`ssh-key-refs`, `ci-password-ref`), with that data.
     pub fn cloud_init_refs(

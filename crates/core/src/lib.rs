@@ -14,6 +14,7 @@
 //! - [`observed`]: [`observed::ObservedState`], what PVE reported, as plain data.
 //! - [`guest`]: a VM or LXC spec ⇄ its PVE config: render, read back, compare semantically.
 //! - [`plan`]: [`plan::plan`], desired vs observed → levels of actions and findings.
+//! - [`scope`]: the operator's `[scope]`: what a revision may declare, adopt and create.
 #![warn(missing_docs)]
 
 pub mod desired;
@@ -26,7 +27,9 @@ pub mod plan;
 pub mod repository;
 pub mod resource;
 pub mod schema;
+pub mod scope;
 pub mod secret;
+pub mod snippet;
 
 pub use desired::Manifest;
 pub use graph::DependencyGraph;

@@ -115,6 +115,10 @@ pub struct StorageObservation {
     pub content: BTreeSet<ContentType>,
     /// Listings read this pass, per content type.
     pub listings: BTreeMap<ContentType, Listing>,
+    /// `ctime` (epoch seconds) of listed `snippets` volumes, by volid, as PVE lists them: how
+    /// long an unreferenced ProxOps snippet has been left (its grace period).
+    #[serde(default)]
+    pub ctimes: BTreeMap<String, u64>,
 }
 
 /// The result of listing one (node, storage, content type).

@@ -221,12 +221,13 @@ struct Checked {
 
 impl<'a> Repository<'a> {
     fn load_plain(&mut self) -> Loaded {
-        // SOPS files hold encrypted credentials, never manifests.
+        // SOPS files hold encrypted credentials, never manifests; `snippets/` holds the
+        // cloud-init snippets manifests name with `file:`.
         let files: Vec<&'a str> = self
             .files
             .keys()
             .copied()
-            .filter(|path| !is_sops(path))
+            .filter(|path| !is_sops(path) && !path.starts_with(crate::snippet::REPOSITORY_FOLDER))
             .collect();
         self.parse_all(&files);
         let checked = self.check(None, &files);

@@ -60,6 +60,8 @@ pub(crate) struct Cluster {
     /// What pvestatd last published for each guest; `None` when the simulator reports the
     /// live state on every read (a stats interval of zero).
     pub(crate) stats: Option<BTreeMap<u32, GuestStats>>,
+    /// File based storages are real directories (`SimConfig::storage_root`).
+    pub(crate) storage_dirs: bool,
 }
 
 /// One guest's entry in pvestatd's last published status (its RRD update): what
@@ -170,6 +172,7 @@ impl Cluster {
             boot_time: now.saturating_sub(3600),
             next_pid: 0x1000 + rand::random_range(0..0x1000u32),
             stats: None,
+            storage_dirs: false,
         };
         for v in &seed.volumes {
             let (sid, volname) = storage::split_volid(&v.volid)
@@ -232,6 +235,18 @@ impl Cluster {
             cluster.guests.insert(g.vmid, guest);
         }
         Ok(cluster)
+    }
+
+    /// Maps every file based storage to the directory `<root>/<storage>` (created, with its
+    /// `snippets/` subdirectory): its `path` is that directory from now on.
+    pub(crate) fn map_storages_to(&mut self, root: &std::path::Path) -> std::io::Result<()> {
+        for def in self.storages.iter_mut().filter(|s| s.is_file_based()) {
+            let dir = root.join(&def.id);
+            std::fs::create_dir_all(dir.join("snippets"))?;
+            def.path = dir.to_string_lossy().into_owned();
+        }
+        self.storage_dirs = true;
+        Ok(())
     }
 
     /// Switches from live reporting to pvestatd's snapshots, taking the first one now (the

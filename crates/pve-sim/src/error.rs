@@ -16,6 +16,9 @@ pub enum SimError {
     /// The listener has no local address.
     #[error("reading the listener address")]
     Listener(#[source] std::io::Error),
+    /// A storage directory under `SimConfig::storage_root` could not be created.
+    #[error("creating the storage directories")]
+    StorageRoot(#[source] std::io::Error),
 }
 
 /// A failed API request, answered as PVE answers it.

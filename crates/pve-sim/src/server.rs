@@ -71,6 +71,11 @@ pub struct SimConfig {
     /// (`status`, `name`, `template`, sizes); a guest created since the last run is
     /// `status: unknown`. Zero reports the live state on every read (no lag).
     pub stats_interval: Duration,
+    /// Map file based storages to real directories: each storage's `path` becomes
+    /// `<root>/<storage>` (created), `GET /storage/{storage}` reports it, `snippets`
+    /// listings show the files in its `snippets/` directory, and a `cicustom` naming a
+    /// missing file fails as PVE does. `None` keeps every storage in memory (its seeded path).
+    pub storage_root: Option<std::path::PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -88,6 +93,7 @@ impl Default for SimConfig {
             auth_failure_delay: Duration::ZERO,
             validate: true,
             stats_interval: DEFAULT_STATS_INTERVAL,
+            storage_root: None,
         }
     }
 }
@@ -163,6 +169,11 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSi
         Cluster::from_seed(&config.seed, &config.root_password, &config.token_secret)?;
     if !config.stats_interval.is_zero() {
         cluster.use_stats_snapshots();
+    }
+    if let Some(root) = &config.storage_root {
+        cluster
+            .map_storages_to(root)
+            .map_err(SimError::StorageRoot)?;
     }
     let settings = Settings {
         task_duration: config.task_duration,

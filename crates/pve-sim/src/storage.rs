@@ -218,6 +218,54 @@ pub(crate) fn parse_allocation(file: &str) -> Option<(&str, f64)> {
     size.parse::<f64>().ok().map(|s| (storage, s))
 }
 
+/// The files of `def`'s snippets directory as pve-storage lists them (`Plugin.pm`
+/// `$get_subdir_files`, `snippets`: every non-directory entry of `<$path/*>`, which skips
+/// dot-files, as volume `snippets/<name>` with format `snippet`, its size and `ctime`). Only
+/// for storages mapped to a directory (`SimConfig::storage_root`); unreadable entries are
+/// skipped as `File::stat` failing is.
+pub(crate) fn snippet_files(def: &StorageDef) -> Vec<(String, Volume)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(def.content_dir("snippets")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, Volume)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().to_str()?.to_owned();
+            // `stat` follows links, as Perl's `File::stat::stat` does.
+            let meta = std::fs::metadata(entry.path()).ok()?;
+            (!name.starts_with('.') && !meta.is_dir()).then(|| {
+                (
+                    format!("snippets/{name}"),
+                    Volume {
+                        content: "snippets".to_string(),
+                        format: "snippet".to_string(),
+                        size: meta.len(),
+                        ctime: u64::try_from(meta.ctime()).unwrap_or_default(),
+                        vmid: None,
+                        checksums: BTreeMap::new(),
+                    },
+                )
+            })
+        })
+        .collect();
+    out.sort_by_key(|a| a.0.to_lowercase());
+    out
+}
+
+/// Whether the snippet `volname` (`snippets/<name>`) of `def` is a file (`-f`, following
+/// links as Perl's does).
+pub(crate) fn snippet_exists(def: &StorageDef, volname: &str) -> bool {
+    volname
+        .strip_prefix("snippets/")
+        .filter(|name| !name.contains('/'))
+        .is_some_and(|name| {
+            std::path::Path::new(&def.content_dir("snippets"))
+                .join(name)
+                .is_file()
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,8 @@ EXTRA_ENDPOINTS = [
     ("/nodes/{node}/network", "GET"),
     # `proxops check` reads the datacenter tag settings (issue 15, M26).
     ("/cluster/options", "GET"),
+    # The agent reads a storage's `path` to write cloud-init snippets (issue 21).
+    ("/storage/{storage}", "GET"),
 ]
 
 

@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::cluster::{ClusterResource, NodeInfo, ResourceType, Version};
 use crate::error::{PveError, TransportKind, decode_error_body};
 use crate::request::{self, Method, Request};
-use crate::storage::{ContentItem, ContentType, DownloadUrl, StorageInfo};
+use crate::storage::{ContentItem, ContentType, DownloadUrl, StorageConfig, StorageInfo};
 use crate::task::{TaskDurations, TaskLogLine, TaskStatus};
 use crate::trust::{PinMismatch, Trust, tls_config};
 use crate::upid::Upid;
@@ -430,6 +430,14 @@ impl PveClient {
     ) -> Result<Vec<ContentItem>, PveError> {
         self.execute_as(&request::storage_content(node, storage, content))
             .await
+    }
+
+    /// `GET /storage/{storage}`: the storage's configuration (needs `Datastore.Allocate`).
+    ///
+    /// # Errors
+    /// As [`PveClient::execute`], or the answer does not decode.
+    pub async fn storage_config(&self, storage: &str) -> Result<StorageConfig, PveError> {
+        self.execute_as(&request::storage_config(storage)).await
     }
 
     /// `POST /nodes/{node}/storage/{storage}/download-url`; returns the `download` task.

@@ -39,7 +39,7 @@ pub use error::{PveError, TransportKind};
 pub use request::{Method, Request};
 pub use secrecy::SecretString;
 pub use storage::{
-    Checksum, ChecksumAlgorithm, ContentItem, ContentType, DownloadUrl, StorageInfo,
+    Checksum, ChecksumAlgorithm, ContentItem, ContentType, DownloadUrl, StorageConfig, StorageInfo,
 };
 pub use task::{
     TaskDurations, TaskError, TaskLogLine, TaskState, TaskStatus, WaitOptions, next_poll,

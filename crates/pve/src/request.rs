@@ -332,6 +332,24 @@ pub fn storage_content(node: &str, storage: &str, content: Option<ContentType>) 
     .param_opt("content", content.map(ContentType::as_str))
 }
 
+/// `GET /storage/{storage}`: the storage's configuration (`type`, `path`, `content`,
+/// `shared`, `content-dirs`, ...) from `storage.cfg`. pve-storage guards it with
+/// `Datastore.Allocate` on `/storage/{storage}` (`PVE/API2/Storage/Config.pm`, `read`).
+pub fn storage_config(storage: &str) -> Request {
+    Request::new(Method::Get, "/storage/{storage}", &[storage])
+}
+
+/// `PUT /nodes/{node}/qemu/{vmid}/cloudinit`: regenerate the cloud-init drive from the
+/// config (and change the medium of a running VM); synchronous, answers `null`
+/// (qemu-server `PVE/API2/Qemu.pm`, `cloudinit_update`, needs `VM.Config.Cloudinit`).
+pub fn qemu_cloudinit_update(node: &str, vmid: u32) -> Request {
+    Request::new(
+        Method::Put,
+        "/nodes/{node}/qemu/{vmid}/cloudinit",
+        &[node, &vmid.to_string()],
+    )
+}
+
 /// `GET /nodes/{node}/storage/{storage}/content/{volume}`: one volume's attributes.
 pub fn storage_volume(node: &str, storage: &str, volume: &str) -> Request {
     Request::new(
@@ -973,6 +991,17 @@ mod tests {
         assert_eq!(pairs(&req.query), [("content", "iso")]);
         assert!(req.form.is_empty());
         assert_eq!(req.to_string(), "GET /nodes/pve1/storage/local/content");
+    }
+
+    #[test]
+    fn storage_config_and_cloudinit_update_name_their_paths_and_send_nothing_else() {
+        let read = storage_config("local");
+        assert_eq!(read.to_string(), "GET /storage/local");
+        assert!(read.query.is_empty() && read.form.is_empty());
+        let regenerate = qemu_cloudinit_update("pve1", 101);
+        assert_eq!(regenerate.method, Method::Put);
+        assert_eq!(regenerate.path, "/nodes/pve1/qemu/101/cloudinit");
+        assert!(regenerate.form.is_empty());
     }
 
     #[test]

@@ -273,3 +273,79 @@ mod tests {
         assert_eq!(s.shared, Some(false));
     }
 }
+
+/// `GET /storage/{storage}`: one storage's configuration, as pve-storage's
+/// `api_storage_config` answers it (`PVE/API2/Storage/Config.pm`): the `storage.cfg` section
+/// with `content` (and `nodes`) encoded as comma lists.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct StorageConfig {
+    /// Storage id.
+    pub storage: String,
+    /// Storage plugin type (`dir`, `nfs`, `lvmthin`, ...).
+    #[serde(rename = "type", default)]
+    pub storage_type: String,
+    /// The directory of a file based storage (absent for block storages).
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    pub path: Option<String>,
+    /// Comma-separated content types.
+    #[serde(default)]
+    pub content: String,
+    /// Whether the storage is shared between nodes.
+    #[serde(default, deserialize_with = "lenient::opt_bool")]
+    pub shared: Option<bool>,
+    /// `content-dirs`: per content type, a directory relative to `path` overriding the
+    /// default subdirectory (`snippets` for snippets). pve-storage keeps it as a hash; it
+    /// is read as an object or as its `type=dir,...` text.
+    #[serde(default, rename = "content-dirs")]
+    pub content_dirs: Option<serde_json::Value>,
+}
+
+impl StorageConfig {
+    /// Whether `content` is one of the storage's content types.
+    pub fn has_content(&self, content: &str) -> bool {
+        self.content.split(',').any(|c| c.trim() == content)
+    }
+
+    /// The subdirectory (relative to `path`) that holds `content`: `content-dirs` when it
+    /// names one, else pve-storage's default (`Plugin.pm`, `$vtype_subdirs`, `get_subdir`).
+    pub fn content_subdir(&self, content: &str) -> String {
+        let overridden = match &self.content_dirs {
+            Some(serde_json::Value::Object(map)) => {
+                map.get(content).and_then(|v| v.as_str()).map(str::to_owned)
+            }
+            Some(serde_json::Value::String(text)) => text.split(',').find_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                (k.trim() == content).then(|| v.trim().to_owned())
+            }),
+            _ => None,
+        };
+        overridden.unwrap_or_else(|| match content {
+            "iso" => "template/iso".to_owned(),
+            "vztmpl" => "template/cache".to_owned(),
+            "backup" => "dump".to_owned(),
+            "rootdir" => "private".to_owned(),
+            other => other.to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod storage_config_tests {
+    use super::*;
+
+    #[test]
+    fn the_snippets_directory_is_the_default_subdir_or_the_content_dirs_override() {
+        let mut cfg: StorageConfig = serde_json::from_value(serde_json::json!({
+            "storage": "local", "type": "dir", "path": "/var/lib/vz",
+            "content": "iso,vztmpl,snippets", "digest": "x"
+        }))
+        .expect("decodes");
+        assert!(cfg.has_content("snippets"));
+        assert!(!cfg.has_content("images"));
+        assert_eq!(cfg.content_subdir("snippets"), "snippets");
+        cfg.content_dirs = Some(serde_json::json!({"snippets": "ci"}));
+        assert_eq!(cfg.content_subdir("snippets"), "ci");
+        cfg.content_dirs = Some(serde_json::json!("iso=isos,snippets=my/snips"));
+        assert_eq!(cfg.content_subdir("snippets"), "my/snips");
+    }
+}

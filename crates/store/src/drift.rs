@@ -161,7 +161,7 @@ pub struct DriftUpdate {
     pub resolved: usize,
 }
 
-const DRIFT_COLUMNS: &str = "id, node, resource_kind, resource_name, kind, field, desired, \
+pub(crate) const DRIFT_COLUMNS: &str = "id, node, resource_kind, resource_name, kind, field, desired, \
      observed, message, first_seen_commit, first_seen_at, last_seen_commit, last_seen_at, \
      resolved_at, resolved_how, first_seen_pass, last_seen_pass, resolved_pass, resolution";
 
@@ -457,7 +457,7 @@ impl Store {
         )
     }
 
-    fn query_drift(
+    pub(crate) fn query_drift(
         &self,
         operation: &'static str,
         sql: &str,

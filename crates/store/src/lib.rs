@@ -44,6 +44,7 @@ pub mod inventory;
 pub mod migrations;
 pub mod pass_notes;
 pub mod passes;
+pub mod views;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -205,7 +205,7 @@ impl PassSummary {
     }
 }
 
-const PASS_COLUMNS: &str = "id, node, revision, trigger_kind, started_at, ended_at, outcome, \
+pub(crate) const PASS_COLUMNS: &str = "id, node, revision, trigger_kind, started_at, ended_at, outcome, \
      actions_ok, actions_failed, actions_skipped, findings, previous_revision, force_pushed, \
      desired_stale, source_error, error, write_breaker, enforced_revision, enforced_outcome, \
      diagnostics";
@@ -584,7 +584,7 @@ impl Store {
         Ok(ids.into_iter().map(PassId).collect())
     }
 
-    fn query_passes(
+    pub(crate) fn query_passes(
         &self,
         operation: &'static str,
         sql: &str,

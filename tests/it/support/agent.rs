@@ -58,8 +58,8 @@ struct Source {
 /// An agent.toml for the simulator, built by options; [`AgentToml::write`] writes it.
 ///
 /// Defaults: `node = "pve1"`, `listen = "127.0.0.1:0"`, token `root@pam!proxops` read from
-/// `token` next to the file, the simulator's fingerprint pinned, `task_timeout = "30s"`; no
-/// `cluster`, `state_dir`, `[source]`, `[webhook]` or `[secrets]`.
+/// `token` next to the file, the simulator's fingerprint pinned, `task_timeout = "30s"`,
+/// `[scope]` [`SIM_SCOPE`]; no `cluster`, `state_dir`, `[source]`, `[webhook]` or `[secrets]`.
 #[derive(Debug, Clone)]
 pub(crate) struct AgentToml {
     node: String,
@@ -79,7 +79,14 @@ pub(crate) struct AgentToml {
     http: Vec<String>,
     webhook: Vec<String>,
     pve: Vec<String>,
+    scope: Option<Vec<String>>,
 }
+
+/// The `[scope]` lines every simulator agent.toml has unless [`AgentToml::scope`] replaces
+/// them: the file server on 127.0.0.1 (a loopback host, refused by default) serves over
+/// plain http without checksums.
+pub(crate) const SIM_SCOPE: &str =
+    "artifact_hosts = [\"127.0.0.1\"]\nallow_http_without_checksum = true\n";
 
 impl AgentToml {
     /// The defaults above, for `sim`.
@@ -106,7 +113,18 @@ impl AgentToml {
             http: Vec::new(),
             webhook: Vec::new(),
             pve: Vec::new(),
+            scope: None,
         }
+    }
+
+    /// The `[scope]` table's lines, as TOML (`vmids = "100-199"`, `adopt = "140"`, ...),
+    /// instead of the simulator's defaults ([`SIM_SCOPE`]: pass it too to keep them); call
+    /// it again to add lines.
+    pub(crate) fn scope(mut self, lines: &str) -> AgentToml {
+        self.scope
+            .get_or_insert_with(Vec::new)
+            .push(lines.to_owned());
+        self
     }
 
     /// More `[http]` lines, as TOML (`token_file = "..."`, `allowed_hosts = [...]`).
@@ -298,6 +316,16 @@ impl AgentToml {
         for lines in &self.pve {
             t.push_str(lines.trim_end());
             t.push('\n');
+        }
+        // Before `[policy]`: suites append `[policy]` keys at the end of the file.
+        let sim_scope = [SIM_SCOPE.to_owned()];
+        let scope = self.scope.as_deref().unwrap_or(&sim_scope);
+        if !scope.is_empty() {
+            t.push_str("[scope]\n");
+            for lines in scope {
+                t.push_str(lines.trim_end());
+                t.push('\n');
+            }
         }
         t.push_str("[policy]\n");
         entry(t, "task_timeout", &self.task_timeout);

@@ -635,6 +635,7 @@ fn render_cloud_init_data(spec: &VmSpec, out: &mut RenderedConfig) {
         SshKeys::Unmanaged => {}
     }
     render_secret_refs(ci, out);
+    render_snippets(ci, out);
     if !ci.nameservers.is_empty() {
         let rule = Rule::Set { lowercase: false };
         out.own("nameserver", ci.nameservers.join(" "), rule);
@@ -712,6 +713,26 @@ fn render_secret_refs(ci: &CloudInitData, out: &mut RenderedConfig) {
                     "not resolved: only a pass that reads the cluster's SOPS document writes it",
                 );
             }
+        }
+    }
+}
+
+/// `user-data`, `vendor-data`, `network-data`: `cicustom` names the resolved snippet files
+/// (`user=<storage>:snippets/<file>,...`, see [`crate::snippet`]), compared as written (PVE
+/// stores the string it was given). Unresolved (a plan made without the binary's snippet
+/// step), `cicustom` is left alone.
+fn render_snippets(ci: &CloudInitData, out: &mut RenderedConfig) {
+    if ci.snippets.is_empty() {
+        return;
+    }
+    match ci.snippets.resolved.as_ref().and_then(|r| r.cicustom()) {
+        Some(cicustom) => out.own("cicustom", cicustom, Rule::Scalar),
+        None => {
+            out.kept.insert("cicustom".to_owned());
+            out.unsent(
+                "spec.cloud-init-data.user-data",
+                "not resolved: only a pass that writes the snippets sets `cicustom`",
+            );
         }
     }
 }

@@ -380,6 +380,59 @@ pub(crate) struct RawCloudInitData {
     pub(crate) search_domains: Option<Vec<String>>,
     /// `ipconfigN`.
     pub(crate) ipconfigs: Option<Vec<RawIpConfig>>,
+    /// cloud-init user data, written as a snippet on the node (`cicustom` `user=`).
+    pub(crate) user_data: Option<RawSnippet>,
+    /// cloud-init vendor data, written as a snippet on the node (`cicustom` `vendor=`).
+    pub(crate) vendor_data: Option<RawSnippet>,
+    /// cloud-init network data, written as a snippet on the node (`cicustom` `network=`).
+    pub(crate) network_data: Option<RawSnippet>,
+    /// The storage with `snippets` content the snippets are written to (default from
+    /// `[snippets] storage` in agent.toml, `local` by default).
+    pub(crate) snippets_storage: Option<String>,
+}
+
+/// A snippet's text: inline, or `file: <path>` of a file in the repository's `snippets/`
+/// folder.
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(untagged)]
+pub(crate) enum RawSnippet {
+    /// The text itself; `${secret:<ref>}` is replaced from the cluster's SOPS document.
+    Inline(String),
+    /// A file of the repository.
+    File(RawSnippetFile),
+}
+
+/// `file: <path>` of a snippet.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSnippetFile {
+    /// Repository-relative path under `snippets/`, ending in `.yaml` or `.yml`.
+    pub(crate) file: String,
+}
+
+impl<'de> Deserialize<'de> for RawSnippet {
+    /// A string, or a map with the one key `file`: decoded by hand so an unknown key or a
+    /// wrong type gets the decoder's located message, not serde's untagged "did not match".
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SnippetVisitor;
+        impl<'de> serde::de::Visitor<'de> for SnippetVisitor {
+            type Value = RawSnippet;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, or a map with `file`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawSnippet, E> {
+                Ok(RawSnippet::Inline(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawSnippet, A::Error> {
+                RawSnippetFile::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawSnippet::File)
+            }
+        }
+        deserializer.deserialize_any(SnippetVisitor)
+    }
 }
 
 /// `cloud-init-data.ipconfigs[]`.

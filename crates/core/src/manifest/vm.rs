@@ -355,6 +355,76 @@ pub struct CloudInitData {
     /// cluster's SOPS document before planning (never from YAML); `None` until then.
     #[serde(skip)]
     pub resolved: Option<crate::secret::ResolvedCloudInit>,
+    /// `user-data`, `vendor-data`, `network-data`: snippets ProxOps writes on the node.
+    pub snippets: Snippets,
+}
+
+/// A VM's cloud-init snippets (`spec.cloud-init-data.{user,vendor,network}-data`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Snippets {
+    /// `snippets-storage`; `None`: `[snippets] storage` of agent.toml.
+    pub storage: Option<StorageId>,
+    /// The declared snippets, in [`SnippetKind`] order.
+    pub declared: Vec<(SnippetKind, SnippetSource)>,
+    /// Filled in by the binary before planning (the text read, secrets replaced, named by
+    /// its hash); `None` until then. Never from YAML, never serialised.
+    #[serde(skip)]
+    pub resolved: Option<crate::snippet::ResolvedSnippets>,
+}
+
+impl Snippets {
+    /// Whether the manifest declares any snippet.
+    pub fn is_empty(&self) -> bool {
+        self.declared.is_empty()
+    }
+}
+
+/// Which cloud-init file a snippet replaces (a key of PVE's `cicustom`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnippetKind {
+    /// `user=`.
+    User,
+    /// `vendor=`.
+    Vendor,
+    /// `network=`.
+    Network,
+}
+
+impl SnippetKind {
+    /// The `cicustom` key, which is also the kind's part of the file name.
+    pub fn key(self) -> &'static str {
+        match self {
+            SnippetKind::User => "user",
+            SnippetKind::Vendor => "vendor",
+            SnippetKind::Network => "network",
+        }
+    }
+
+    /// The manifest field (`user-data`, ...).
+    pub fn field(self) -> &'static str {
+        match self {
+            SnippetKind::User => "user-data",
+            SnippetKind::Vendor => "vendor-data",
+            SnippetKind::Network => "network-data",
+        }
+    }
+}
+
+/// Where a snippet's text comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnippetSource {
+    /// Written in the manifest.
+    Inline(String),
+    /// A repository file under `snippets/`.
+    File {
+        /// Its repository-relative path.
+        path: String,
+        /// Where `file:` is written in the manifest (for an error about the file).
+        #[serde(skip)]
+        location: super::Location,
+    },
 }
 
 /// Who owns a VM's SSH keys.
@@ -434,7 +504,7 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
     let networks = check_nics(ck, raw.networks.as_deref().unwrap_or_default());
     let hardware = check_hardware(ck, hardware_raw, cdrom_slot, &mut references);
     let options = check_options(ck, raw.options.as_ref());
-    let cloud_init_data = check_cloud_init_data(ck, raw.cloud_init_data.as_ref());
+    let mut cloud_init_data = check_cloud_init_data(ck, raw.cloud_init_data.as_ref());
 
     let pve_name = match &raw.pve_name {
         Some(n) if is_dns_name(n) => Some(n.clone()),
@@ -457,6 +527,21 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
         &RESERVED_EXTRA,
         &RESERVED_EXTRA_PREFIXES,
     );
+    if let Some(c) = cloud_init_data.as_mut()
+        && !c.snippets.is_empty()
+        && raw
+            .extra
+            .as_ref()
+            .is_some_and(|e| e.contains_key("cicustom"))
+    {
+        ck.error_at_key(
+            "spec.extra.cicustom",
+            "`cicustom` is set in `extra` next to `spec.cloud-init-data` snippets",
+            "ProxOps sets `cicustom` from `user-data`, `vendor-data` and `network-data`: remove \
+             `cicustom` from `extra`, or remove the snippets and keep your own `cicustom`",
+        );
+        cloud_init_data = None;
+    }
     let clone = raw.clone.as_ref().map(|c| {
         references.extend(reference(ck, "spec.clone", c, Kind::TemplateVm));
         c.clone()
@@ -1013,6 +1098,8 @@ fn check_cloud_init_data(
         );
         ok = false;
     }
+    let snippets = check_snippets(ck, c);
+    ok &= snippets.is_some();
     let mut ipconfigs: Vec<IpConfig> = Vec::new();
     for (i, ipc) in c.ipconfigs.iter().flatten().enumerate() {
         let at = format!("spec.cloud-init-data.ipconfigs[{i}]");
@@ -1093,7 +1180,112 @@ fn check_cloud_init_data(
         search_domains: c.search_domains.clone().unwrap_or_default(),
         ipconfigs,
         resolved: None,
+        snippets: snippets.clone().unwrap_or_default(),
     })
+}
+
+/// The prefixes a snippet's `${secret:<ref>}` may name in the cluster's SOPS document.
+pub const SNIPPET_SECRET_PREFIXES: [&str; 3] =
+    ["secrets.", "cloud-init.passwords.", "cloud-init.ssh-keys."];
+
+/// `user-data`, `vendor-data`, `network-data` and `snippets-storage`.
+fn check_snippets(ck: &mut Checker<'_>, c: &RawCloudInitData) -> Option<Snippets> {
+    use super::raw::RawSnippet;
+    let mut ok = true;
+    let storage = match &c.snippets_storage {
+        None => None,
+        Some(s) => {
+            let id = check_storage(ck, "spec.cloud-init-data.snippets-storage", Some(s));
+            ok &= id.is_some();
+            id
+        }
+    };
+    let mut declared = Vec::new();
+    for (kind, raw) in [
+        (SnippetKind::User, &c.user_data),
+        (SnippetKind::Vendor, &c.vendor_data),
+        (SnippetKind::Network, &c.network_data),
+    ] {
+        let Some(raw) = raw else { continue };
+        let field = format!("spec.cloud-init-data.{}", kind.field());
+        let source = match raw {
+            RawSnippet::Inline(text) => {
+                if text.len() > crate::snippet::MAX_BYTES {
+                    ck.error_help(
+                        &field,
+                        format!(
+                            "{} bytes, more than the 1 MiB PVE reads of a snippet",
+                            text.len()
+                        ),
+                        "shorten it; PVE refuses larger snippets",
+                    );
+                    ok = false;
+                    continue;
+                }
+                ok &= check_snippet_refs(ck, &field, text);
+                SnippetSource::Inline(text.clone())
+            }
+            RawSnippet::File(f) => {
+                let path = f.file.strip_prefix("./").unwrap_or(&f.file);
+                let inside = path.starts_with(crate::snippet::REPOSITORY_FOLDER)
+                    && !path
+                        .split('/')
+                        .any(|c| c == ".." || c.is_empty() || c.starts_with('.'))
+                    && (path.ends_with(".yaml") || path.ends_with(".yml"));
+                if !inside {
+                    ck.error_help(
+                        &format!("{field}.file"),
+                        format!("`{}` is not a snippet file of the repository", f.file),
+                        "name a `.yaml` or `.yml` file under the repository's `snippets/` \
+                         folder, e.g. `snippets/web-user.yaml` (the agent reads only YAML \
+                         files, and never manifests from `snippets/`)",
+                    );
+                    ok = false;
+                    continue;
+                }
+                SnippetSource::File {
+                    path: path.to_owned(),
+                    location: ck.location(&format!("{field}.file")),
+                }
+            }
+        };
+        declared.push((kind, source));
+    }
+    ok.then_some(Snippets {
+        storage,
+        declared,
+        resolved: None,
+    })
+}
+
+/// Each `${secret:<ref>}` of an inline snippet names a key of the SOPS document's sections.
+fn check_snippet_refs(ck: &mut Checker<'_>, field: &str, text: &str) -> bool {
+    match crate::snippet::secret_refs(text) {
+        Err(at) => {
+            ck.error_help(
+                field,
+                format!("`${{secret:` at byte {at} has no closing `}}`"),
+                "write `${secret:secrets.<name>}`",
+            );
+            false
+        }
+        Ok(refs) => {
+            let mut ok = true;
+            for (_, r) in refs {
+                if !SNIPPET_SECRET_PREFIXES.iter().any(|p| is_secret_ref(r, p)) {
+                    ck.error_help(
+                        field,
+                        format!("`${{secret:{r}}}` is not a reference to the SOPS document"),
+                        "write `${secret:secrets.<name>}` (or `cloud-init.passwords.<name>`, \
+                         `cloud-init.ssh-keys.<name>`), the name being lowercase letters, digits \
+                         and `-`",
+                    );
+                    ok = false;
+                }
+            }
+            ok
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1599,5 +1791,31 @@ mod tests {
                 "test.yaml:11:42: error: spec.networks[0].rate-limit: `99999999999` is too large (at most 4294967295)",
             ],
         );
+    }
+    #[test]
+    fn snippets_are_inline_or_a_yaml_file_under_snippets_and_name_only_sops_references() {
+        let v = valid(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    user-data: \"#cloud-config\\npassword: ${{secret:secrets.db}}\\n\"\n    network-data: {{file: snippets/net.yaml}}\n    snippets-storage: nfs-ci\n"
+        )));
+        let Some(Spec::Vm(spec)) = &v.spec else {
+            panic!("a VM")
+        };
+        let snippets = &spec.cloud_init_data.snippets;
+        assert_eq!(
+            snippets.storage.as_ref().map(|s| s.as_str()),
+            Some("nfs-ci")
+        );
+        assert_eq!(snippets.declared.len(), 2);
+        assert_eq!(snippets.declared[0].0, SnippetKind::User);
+        assert!(
+            matches!(&snippets.declared[1], (SnippetKind::Network, SnippetSource::File { path, .. }) if path == "snippets/net.yaml")
+        );
+
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  cloud-init-data:\n    user-data: {{file: ../etc/shadow}}\n    vendor-data: \"${{secret:admin}}\"\n"
+        )));
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(e[0].contains("spec.cloud-init-data.user-data.file: `../etc/shadow` is not a snippet file of the repository"), "{e:#?}");
+        assert!(e[1].contains("spec.cloud-init-data.vendor-data: `${secret:admin}` is not a reference to the SOPS document"), "{e:#?}");
     }
 }

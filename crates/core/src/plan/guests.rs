@@ -149,7 +149,7 @@ pub(crate) fn abort(desired: &DesiredState, policy: &Policy, reason: &str, plan:
 }
 
 /// The dependency level of every resource.
-fn level_index(desired: &DesiredState) -> BTreeMap<&ResourceId, usize> {
+pub(super) fn level_index(desired: &DesiredState) -> BTreeMap<&ResourceId, usize> {
     desired
         .levels
         .iter()
@@ -573,6 +573,7 @@ fn update_of(vmid: u32, guest_type: GuestType, diff: &GuestDiff, live: &LiveConf
         digest: live.digest().map(str::to_owned),
         grow: grows(&diff.resize),
         changes: changes(diff, live),
+        regenerate_cloudinit: diff.set.contains_key("cicustom"),
     }
 }
 

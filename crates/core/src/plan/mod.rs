@@ -9,6 +9,7 @@
 mod artifacts;
 mod guests;
 pub mod render;
+mod snippets;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -68,6 +69,10 @@ pub struct Action {
 pub enum Verb {
     /// `POST /nodes/{node}/storage/{storage}/download-url`, then wait for the task.
     Download(Download),
+    /// Write a cloud-init snippet into a storage's `snippets/` directory on the node (the
+    /// agent writes the file itself: PVE's API cannot upload snippets). Before the guest's
+    /// other actions, which may set a `cicustom` naming it.
+    WriteSnippet(Snippet),
     /// `POST /nodes/{node}/qemu|lxc` (stopped), wait, then grow imported disks.
     Create(Create),
     /// `POST /nodes/{node}/qemu/{source}/clone` (full), wait, then write the VM's own config.
@@ -84,6 +89,9 @@ pub enum Verb {
     Reboot(GuestRef),
     /// `DELETE /nodes/{node}/qemu|lxc/{vmid}` (a prune), wait.
     Delete(GuestRef),
+    /// Remove a ProxOps snippet no guest's `cicustom` names any more, after the grace period
+    /// (in the last level, after every `cicustom` of the pass was written).
+    RemoveSnippet(Snippet),
 }
 
 impl Verb {
@@ -91,6 +99,8 @@ impl Verb {
     pub fn name(&self) -> &'static str {
         match self {
             Verb::Download(_) => "download",
+            Verb::WriteSnippet(_) => "write-snippet",
+            Verb::RemoveSnippet(_) => "remove-snippet",
             Verb::Create(_) => "create",
             Verb::Clone(_) => "clone",
             Verb::Update(_) => "update",
@@ -105,7 +115,7 @@ impl Verb {
     /// The guest an action acts on (`None` for downloads).
     pub fn guest(&self) -> Option<GuestRef> {
         match self {
-            Verb::Download(_) => None,
+            Verb::Download(_) | Verb::WriteSnippet(_) | Verb::RemoveSnippet(_) => None,
             Verb::Create(c) => Some(GuestRef {
                 vmid: c.vmid,
                 guest_type: c.guest_type,
@@ -189,6 +199,35 @@ pub struct Update {
     pub grow: Vec<Grow>,
     /// What changes, for people: field, observed and desired values.
     pub changes: Vec<Change>,
+    /// `cicustom` changes: after the write, regenerate the cloud-init drive
+    /// (`PUT .../cloudinit`), so the guest sees the new snippets (a running one gets the new
+    /// medium at once). Risk: the guest's cloud-init runs again with new data at its next
+    /// boot; the safety net classes such an update `risky`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub regenerate_cloudinit: bool,
+}
+
+/// A cloud-init snippet file on one storage of the action's node. Names and hashes only:
+/// a plan never holds a snippet's text (the executor takes it from the desired state).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Snippet {
+    /// The storage.
+    pub storage: String,
+    /// The file name in its `snippets/` directory (`proxops-<guest>-<kind>-<hash>.yaml`).
+    pub file: String,
+    /// The SHA-256 of the text, lowercase hex (empty for a removal).
+    pub sha256: String,
+    /// The text holds SOPS values: written mode 0600, and shown as "content changed" only.
+    pub secret: bool,
+    /// The storage is shared: one file serves every node.
+    pub shared: bool,
+}
+
+impl Snippet {
+    /// `<storage>:snippets/<file>`.
+    pub fn volid(&self) -> String {
+        format!("{}:snippets/{}", self.storage, self.file)
+    }
 }
 
 /// One field change of an update.
@@ -274,6 +313,15 @@ pub enum FindingKind {
     /// A declared field ProxOps accepts but never sends to PVE (no PVE write form, e.g.
     /// `spec.cpu.flags`, `spec.options.nested-virt`): reported so it is not silently lost.
     NotSent,
+    /// A VM's snippets cannot be written to the storage named (no `snippets` content, or not
+    /// on the node): the guest is not planned until the storage is fixed.
+    SnippetsStorage,
+    /// An action the operator's `[scope]` does not allow (a prune of an owned guest outside
+    /// `nodes` or `vmids`): never done.
+    OutOfScope,
+    /// A create or clone beyond `[scope] max_creates` this pass (or an action waiting for
+    /// one): a later pass does it.
+    Deferred,
 }
 
 impl FindingKind {
@@ -291,6 +339,9 @@ impl FindingKind {
             FindingKind::Moved => "moved",
             FindingKind::Orphaned => "orphaned",
             FindingKind::NotSent => "not-sent",
+            FindingKind::SnippetsStorage => "snippets-storage",
+            FindingKind::OutOfScope => "out-of-scope",
+            FindingKind::Deferred => "deferred",
         }
     }
 }
@@ -328,6 +379,10 @@ pub struct Policy {
     pub max_prune: u32,
     /// Restart a running guest to apply changes PVE left pending (otherwise `needs-reboot`).
     pub restart_on_change: bool,
+    /// ProxOps snippet files no guest names whose `ctime` (epoch seconds, as PVE lists it) is
+    /// before this are removed; `None` removes none (the grace period is the binary's: it
+    /// passes `now - grace`).
+    pub snippets_removable_before: Option<u64>,
 }
 
 impl Policy {
@@ -338,6 +393,7 @@ impl Policy {
             prune: false,
             max_prune: DEFAULT_MAX_PRUNE,
             restart_on_change: false,
+            snippets_removable_before: None,
         }
     }
 }
@@ -418,7 +474,9 @@ pub fn plan(
     let mut levels: Vec<Vec<Action>> = vec![Vec::new(); desired.levels.len().max(1)];
     artifacts::plan_artifacts(desired, observed, policy, &mut levels[0], &mut plan);
     guests::plan_guests(desired, observed, inventory, policy, &mut levels, &mut plan);
-    let prunes = guests::plan_prune(desired, observed, inventory, policy, &mut plan);
+    snippets::plan_writes(desired, observed, policy, &mut levels, &mut plan);
+    let mut prunes = guests::plan_prune(desired, observed, inventory, policy, &mut plan);
+    snippets::plan_removals(desired, observed, policy, &mut prunes);
     levels.push(prunes);
     for level in &mut levels {
         level.sort();

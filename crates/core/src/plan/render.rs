@@ -70,7 +70,28 @@ fn render_action(out: &mut String, action: &Action) {
                 c.vmid, c.source, c.source_vmid
             );
         }
-        Verb::Update(u) => render_update(out, action, u),
+        Verb::Update(u) => {
+            render_update(out, action, u);
+            if u.regenerate_cloudinit {
+                let _ = writeln!(
+                    out,
+                    "      then regenerate the cloud-init drive (risky: new cloud-init data)"
+                );
+            }
+        }
+        Verb::WriteSnippet(s) => {
+            let _ = writeln!(
+                out,
+                "  + write snippet {} for {resource} on {node}",
+                s.volid()
+            );
+            if !s.secret {
+                let _ = writeln!(out, "      sha256 {}", s.sha256);
+            }
+        }
+        Verb::RemoveSnippet(s) => {
+            let _ = writeln!(out, "  - remove snippet {} on {node}", s.volid());
+        }
         Verb::Delete(g) => {
             let _ = writeln!(out, "  - delete {resource} on {node} (vmid {})", g.vmid);
         }
@@ -127,8 +148,10 @@ pub fn render_human(plan: &Plan, title: &str) -> String {
             Verb::Start(_) | Verb::Shutdown(_) | Verb::Reboot(_) | Verb::Promote(_)
         )
     });
+    let snippets = count(|v| matches!(v, Verb::WriteSnippet(_) | Verb::RemoveSnippet(_)));
     let mut parts = vec![format!("{downloads} to download")];
     for (n, what) in [
+        (snippets, "snippet files to write or remove"),
         (creates, "to create"),
         (updates, "to update"),
         (power, "power/template changes"),

@@ -184,6 +184,12 @@ pub(super) fn status_current(ctx: &Ctx, kind: Kind) -> ApiResult {
 
 /// Storages of the guest's disks that lack the content type a start needs.
 fn start_problem(cluster: &Cluster, g: &Guest) -> Option<String> {
+    // `vm_start` regenerates the cloud-init drive, which reads the `cicustom` snippets.
+    if g.kind == Kind::Qemu
+        && let Some(problem) = super::qemu::cicustom_problem(cluster, g)
+    {
+        return Some(problem);
+    }
     for (k, v) in &g.config {
         if g.kind == Kind::Qemu && guest::is_qemu_disk_key(k) {
             let file = PropertyString::parse(v, Some("file"));

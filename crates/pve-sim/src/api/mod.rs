@@ -140,6 +140,7 @@ enum Endpoint {
     NodeStatus,
     Network,
     StorageIndex,
+    StorageConfig,
     StorageStatus,
     StorageContent,
     VolumeGet,
@@ -159,6 +160,7 @@ enum Endpoint {
     Template(Kind),
     Clone(Kind),
     Resize(Kind),
+    CloudinitUpdate,
     AgentPing,
     AgentNetwork,
     Agent,
@@ -212,6 +214,10 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
         ("DELETE", ["pools", id]) => {
             put("poolid", id);
             E::PoolDelete
+        }
+        ("GET", ["storage", sid]) => {
+            put("storage", sid);
+            E::StorageConfig
         }
         ("GET", ["access", "permissions"]) => E::Permissions,
         ("GET", ["access", "ticket"]) => E::TicketGet,
@@ -271,6 +277,7 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
                         ("POST", ["template"]) => E::Template(kind),
                         ("POST", ["clone"]) => E::Clone(kind),
                         ("PUT", ["resize"]) => E::Resize(kind),
+                        ("PUT", ["cloudinit"]) if kind == Kind::Qemu => E::CloudinitUpdate,
                         ("POST", ["agent", "ping"]) if kind == Kind::Qemu => E::AgentPing,
                         ("GET", ["agent", "network-get-interfaces"]) if kind == Kind::Qemu => {
                             E::AgentNetwork
@@ -313,6 +320,7 @@ async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
         E::TicketGet => Ok(Value::Null.into()),
         E::TicketPost => access::ticket(ctx).await.map(Into::into),
         E::StorageIndex => storage::index(ctx).map(Into::into),
+        E::StorageConfig => storage::config(ctx).map(Into::into),
         E::StorageStatus => storage::status(ctx).map(Into::into),
         E::StorageContent => storage::content(ctx).map(Into::into),
         E::VolumeGet => storage::volume_get(ctx).map(Into::into),
@@ -339,6 +347,7 @@ async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
         E::Clone(Kind::Qemu) => qemu::clone(ctx).map(Into::into),
         E::Clone(Kind::Lxc) => lxc::clone(ctx).map(Into::into),
         E::Resize(kind) => guests::resize(ctx, kind).map(Into::into),
+        E::CloudinitUpdate => qemu::cloudinit_update(ctx).await.map(Into::into),
         E::AgentPing => qemu::agent(ctx, "ping").map(Into::into),
         E::AgentNetwork => qemu::agent(ctx, "network-get-interfaces").map(Into::into),
         E::Agent => {

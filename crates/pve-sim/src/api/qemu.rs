@@ -478,3 +478,71 @@ pub(super) fn agent(ctx: &Ctx, command: &str) -> ApiResult {
     };
     Ok(json!({ "result": result }))
 }
+
+/// What qemu-server says when a VM's cloud-init drive is generated and its `cicustom` names
+/// a snippet it cannot read (qemu-server @ e6352be6 `src/PVE/QemuServer/Cloudinit.pm`,
+/// `get_custom_cloudinit_files` → `read_cloudinit_snippets_file`, in the order network,
+/// user, meta, vendor): a storage that does not exist (`parse_volname`), a volume that is not
+/// a snippet (`$volid is not in the snippets directory`), or a missing file
+/// (pve-storage 0c56bad `src/PVE/Storage.pm`, `abs_filesystem_path`: `can't find file
+/// '$volid'`). Only a VM with a cloud-init drive generates one (`generate_cloudinit_config`
+/// visits the `vm-<vmid>-cloudinit` volumes). `None` when every file is there.
+pub(super) fn cicustom_problem(cluster: &Cluster, g: &Guest) -> Option<String> {
+    let has_drive = g.config.iter().any(|(k, v)| {
+        guest::is_qemu_disk_key(k)
+            && PropertyString::parse(v, Some("file"))
+                .get("file")
+                .is_some_and(|f| f.contains(&format!("vm-{}-cloudinit", g.vmid)))
+    });
+    let cicustom = g.config.get("cicustom")?;
+    if !has_drive {
+        return None;
+    }
+    let files = PropertyString::parse(cicustom, None);
+    for key in ["network", "user", "meta", "vendor"] {
+        let Some(volid) = files.get(key) else {
+            continue;
+        };
+        let Some((sid, volname)) = storage::split_volid(volid) else {
+            return Some(format!("unable to parse volume ID '{volid}'"));
+        };
+        let Some(def) = cluster.storages.iter().find(|s| s.id == sid) else {
+            return Some(format!("storage '{sid}' does not exist"));
+        };
+        if !volname.starts_with("snippets/") {
+            return Some(format!("{volid} is not in the snippets directory"));
+        }
+        let present = if cluster.storage_dirs {
+            storage::snippet_exists(def, volname)
+        } else {
+            cluster.volume(&g.node, volid).is_some()
+        };
+        if !present {
+            return Some(format!("can't find file '{volid}'"));
+        }
+    }
+    None
+}
+
+/// `PUT /nodes/{node}/qemu/{vmid}/cloudinit` (qemu-server @ e6352be6 `src/PVE/API2/Qemu.pm`,
+/// `cloudinit_update`): under the config lock, `check_lock`, then
+/// `vmconfig_update_cloudinit_drive`: nothing without a cloud-init drive, else the drive is
+/// generated from the config, which reads the `cicustom` snippets (a missing one dies:
+/// [`cicustom_problem`]). Synchronous; answers `null`.
+pub(super) async fn cloudinit_update(ctx: &Ctx) -> ApiResult {
+    let node = ctx.node().to_string();
+    let vmid = ctx.params.vmid("vmid")?;
+    {
+        let cluster = ctx.shared.cluster();
+        cluster.node(&node)?;
+        cluster.guest(&node, vmid, Kind::Qemu)?;
+    }
+    super::config::wait_config_lock(ctx, Kind::Qemu, vmid).await?;
+    let cluster = ctx.shared.cluster();
+    let g = cluster.guest(&node, vmid, Kind::Qemu)?;
+    g.check_lock().map_err(ApiError::die)?;
+    if let Some(problem) = cicustom_problem(&cluster, g) {
+        return Err(ApiError::die(problem));
+    }
+    Ok(Value::Null)
+}

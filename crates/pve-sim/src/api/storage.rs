@@ -103,9 +103,15 @@ pub(super) fn content(ctx: &Ctx) -> ApiResult {
     let filter = ctx.params.get("content");
     let vmid = ctx.params.get("vmid").and_then(|v| v.parse::<u32>().ok());
     let authid = ctx.authid();
+    let mut volumes = cluster.volumes(&node, &sid);
+    // A storage mapped to a directory lists the snippets that are there, whoever wrote them
+    // (pve-storage `volume_list`: only the content types the storage is configured for).
+    if cluster.storage_dirs && def.is_file_based() && def.has_content("snippets") {
+        volumes.retain(|(_, v)| v.content != "snippets");
+        volumes.extend(storage::snippet_files(def));
+    }
     Ok(Value::Array(
-        cluster
-            .volumes(&node, &sid)
+        volumes
             .iter()
             .filter(|(_, v)| filter.is_none_or(|f| v.content == f))
             .filter(|(_, v)| vmid.is_none_or(|id| v.vmid == Some(id)))
@@ -116,6 +122,40 @@ pub(super) fn content(ctx: &Ctx) -> ApiResult {
             .map(|(name, v)| content_entry(&sid, name, v))
             .collect(),
     ))
+}
+
+/// `GET /storage/{storage}`: the storage's `storage.cfg` section as pve-storage's
+/// `api_storage_config` answers it (pve-storage 0c56bad `src/PVE/API2/Storage/Config.pm`):
+/// the section's keys, `content` and `nodes` as comma lists, `shared` as `parse_config`
+/// sets it (1 for the shared plugin types, absent otherwise), `path` for file based
+/// storages, and the config's `digest`. The schema's `Datastore.Allocate` check runs before.
+pub(super) fn config(ctx: &Ctx) -> ApiResult {
+    let cluster = ctx.shared.cluster();
+    let sid = ctx.params.required("storage")?;
+    let def = cluster
+        .storages
+        .iter()
+        .find(|s| s.id == sid)
+        .ok_or_else(|| ApiError::die(format!("storage '{sid}' does not exist")))?;
+    let mut v = json!({
+        "storage": def.id,
+        "type": def.kind,
+        "content": def.content_list(),
+        "digest": "0000000000000000000000000000000000000000",
+    });
+    if def.is_file_based() {
+        v["path"] = def.path.clone().into();
+    }
+    if def.shared {
+        v["shared"] = 1.into();
+    }
+    if !def.enabled {
+        v["disable"] = 1.into();
+    }
+    if let Some(nodes) = &def.nodes {
+        v["nodes"] = nodes.join(",").into();
+    }
+    Ok(v)
 }
 
 /// The full volume id for the `{volume}` path parameter (a volid or a name relative to the

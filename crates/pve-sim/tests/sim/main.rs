@@ -13,6 +13,7 @@ mod faults;
 mod lxc;
 mod permission;
 mod qemu;
+mod snippets;
 mod storage;
 mod tasks;
 mod transport;

@@ -1,0 +1,536 @@
+//! Each service's own format, built from an [`Event`] (pure; the payloads are unit-tested
+//! and, end to end, checked by the servers of `tests/it/notify.rs`):
+//!
+//! - **webhook**: our JSON document, `version` 1, described by
+//!   `docs/notify-webhook.schema.json` (draft 2020-12). A change that removes or retypes a
+//!   field bumps `version`; new optional fields do not.
+//! - **ntfy**: JSON published to the server's root URL (ntfy docs, "Publish as JSON":
+//!   `topic` required; `title`, `message`, `priority` 1–5, `tags`), with `markdown: false`.
+//! - **Matrix**: the content of an `m.room.message` (client-server API v3,
+//!   `PUT /_matrix/client/v3/rooms/{roomId}/send/m.room.message/{txnId}`): `msgtype`
+//!   `m.notice` (what bots send: clients never answer it), `body` in plain text, and
+//!   `format: org.matrix.custom.html` with `formatted_body`.
+//! - **Slack**: an incoming webhook's `text` (the notification's fallback) and Block Kit
+//!   `blocks`: a `header` (plain text, at most 150 characters), `section`s of `mrkdwn`
+//!   (at most 3000 characters each) and a `context`; at most 50 blocks.
+//! - **email**: a subject, a plain-text part and an HTML part (multipart/alternative).
+//!
+//! Everything that came from PVE or the repository is escaped for the format that carries
+//! it (HTML for Matrix and email, Slack's `&`, `<`, `>` for mrkdwn) and passed through the
+//! store's `redact` (user:password@ in URLs) once more.
+
+use serde_json::{Value, json};
+
+use crate::notify::config::EventKind;
+use crate::notify::events::{ActionFact, Event, FindingFact};
+
+/// The webhook document's version.
+pub const WEBHOOK_VERSION: u32 = 1;
+/// How many actions, findings or diagnostics a message lists; the rest are counted.
+pub const MAX_ITEMS: usize = 20;
+/// Slack's limit on a header block's text.
+const SLACK_HEADER_MAX: usize = 150;
+/// Slack's limit on a section's text.
+const SLACK_SECTION_MAX: usize = 3000;
+
+/// An event said in words: what every format is made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// One line: `pve1: drift found on VM/web-1 (memory)`.
+    pub title: String,
+    /// The lines under the title (plain text, not escaped).
+    pub lines: Vec<String>,
+    /// Context: node, cluster, commit, pass.
+    pub context: String,
+    /// ntfy's priority: 1 (min) … 5 (max).
+    pub priority: u8,
+    /// ntfy tags (emoji short codes): the first shows as the title's icon.
+    pub tags: Vec<&'static str>,
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+fn redact(text: &str) -> String {
+    proxops_store::redact(text)
+}
+
+fn action_line(a: &ActionFact) -> String {
+    let mut line = format!("{} {} on {}: {}", a.verb, a.resource, a.node, a.result);
+    if let Some(error) = &a.error {
+        line.push_str(&format!(" ({error})"));
+    }
+    if !a.reason.is_empty() {
+        line.push_str(&format!(" — {}", a.reason));
+    }
+    if let Some(upid) = &a.upid {
+        line.push_str(&format!(" [{upid}]"));
+    }
+    redact(&line)
+}
+
+fn finding_line(f: &FindingFact) -> String {
+    let mut line = format!("{} on {}", f.resource, f.node);
+    if !f.field.is_empty() {
+        line.push_str(&format!(" {}", f.field));
+    }
+    if f.kind != "drift" {
+        line.push_str(&format!(" [{}]", f.kind));
+    }
+    if !f.desired.is_empty() || !f.observed.is_empty() {
+        line.push_str(&format!(
+            ": git says {}, PVE has {}",
+            display_value(&f.desired),
+            display_value(&f.observed)
+        ));
+    } else if !f.message.is_empty() {
+        line.push_str(&format!(": {}", f.message));
+    }
+    if let Some(how) = &f.resolved_how {
+        line.push_str(&format!(" ({how})"));
+    }
+    redact(&line)
+}
+
+fn display_value(v: &str) -> &str {
+    if v.is_empty() { "nothing" } else { v }
+}
+
+/// Up to [`MAX_ITEMS`] lines, then how many more.
+fn capped(lines: impl ExactSizeIterator<Item = String>) -> Vec<String> {
+    let total = lines.len();
+    let mut out: Vec<String> = lines.take(MAX_ITEMS).collect();
+    if total > MAX_ITEMS {
+        out.push(format!("… and {} more", total - MAX_ITEMS));
+    }
+    out
+}
+
+/// The event in words.
+pub fn render(event: &Event) -> Rendered {
+    let node = &event.node;
+    let commit = event.commit.as_deref().map_or("-", short);
+    let (title, lines, priority, tags) = match event.kind {
+        EventKind::Applied => {
+            let n = event.actions.len();
+            (
+                format!(
+                    "{node}: applied {commit} ({})",
+                    plural(n, "action", "actions")
+                ),
+                capped(event.actions.iter().map(action_line)),
+                3,
+                vec!["white_check_mark"],
+            )
+        }
+        EventKind::Failed => {
+            let failed = event
+                .actions
+                .iter()
+                .filter(|a| a.result == "failed")
+                .count();
+            let what = if event.actions.is_empty() {
+                "pass failed".to_owned()
+            } else {
+                format!(
+                    "{failed} of {} failed",
+                    plural(event.actions.len(), "action", "actions")
+                )
+            };
+            let mut lines = Vec::new();
+            if let Some(error) = &event.error {
+                lines.push(redact(error));
+            }
+            lines.extend(capped(event.actions.iter().map(action_line)));
+            (format!("{node}: {what} at {commit}"), lines, 4, vec!["x"])
+        }
+        EventKind::Invalid => {
+            let n = event.diagnostics.len();
+            let mut lines = capped(event.diagnostics.iter().map(|d| redact(d)));
+            if lines.is_empty()
+                && let Some(error) = &event.error
+            {
+                lines.push(redact(error));
+            }
+            lines.push(
+                "the last applied revision stays in force; fix the files and push".to_owned(),
+            );
+            (
+                format!(
+                    "{node}: revision {commit} is invalid ({})",
+                    plural(n, "error", "errors")
+                ),
+                lines,
+                4,
+                vec!["warning"],
+            )
+        }
+        EventKind::DriftFound => {
+            let subject = match event.findings.as_slice() {
+                [one] => format!(
+                    "on {}{}",
+                    one.resource,
+                    if one.field.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", one.field)
+                    }
+                ),
+                many => format!("({})", plural(many.len(), "finding", "findings")),
+            };
+            (
+                format!("{node}: drift found {subject}"),
+                capped(event.findings.iter().map(finding_line)),
+                4,
+                vec!["mag"],
+            )
+        }
+        EventKind::DriftResolved => {
+            let subject = match event.findings.as_slice() {
+                [one] => format!("on {}", one.resource),
+                many => format!("({})", plural(many.len(), "finding", "findings")),
+            };
+            (
+                format!("{node}: drift resolved {subject}"),
+                capped(event.findings.iter().map(finding_line)),
+                2,
+                vec!["heavy_check_mark"],
+            )
+        }
+        EventKind::ReadOnly => (
+            format!("{node}: write circuit breaker open; the agent is read-only"),
+            event
+                .error
+                .iter()
+                .map(|e| redact(e))
+                .chain(["writes resume after the cool-down, with one probe write".to_owned()])
+                .collect(),
+            5,
+            vec!["rotating_light"],
+        ),
+        EventKind::Stale => (
+            format!("{node}: git unreachable; enforcing {commit}, the last good revision"),
+            event.error.iter().map(|e| redact(e)).collect(),
+            3,
+            vec!["hourglass"],
+        ),
+    };
+    let mut context = format!("node {node}");
+    if let Some(cluster) = &event.cluster {
+        context.push_str(&format!(" · cluster {cluster}"));
+    }
+    if let Some(commit) = &event.commit {
+        context.push_str(&format!(" · commit {}", short(commit)));
+    }
+    context.push_str(&format!(" · pass {} ({})", event.pass, event.outcome));
+    Rendered {
+        title: redact(&title),
+        lines,
+        context,
+        priority,
+        tags,
+    }
+}
+
+/// Plain text: the lines, then the context.
+pub fn plain_text(rendered: &Rendered) -> String {
+    let mut text = String::new();
+    for line in &rendered.lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push_str(&rendered.context);
+    text
+}
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// HTML: the title in bold, the lines as a list, the context in small type.
+pub fn html(rendered: &Rendered) -> String {
+    let mut out = format!("<p><strong>{}</strong></p>", escape_html(&rendered.title));
+    if !rendered.lines.is_empty() {
+        out.push_str("<ul>");
+        for line in &rendered.lines {
+            out.push_str(&format!("<li><code>{}</code></li>", escape_html(line)));
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str(&format!(
+        "<p><small>{}</small></p>",
+        escape_html(&rendered.context)
+    ));
+    out
+}
+
+/// The webhook document (`docs/notify-webhook.schema.json`).
+pub fn webhook(event: &Event) -> Value {
+    let rendered = render(event);
+    json!({
+        "version": WEBHOOK_VERSION,
+        "event": event.kind.as_str(),
+        "title": rendered.title,
+        "text": plain_text(&rendered),
+        "node": event.node,
+        "cluster": event.cluster,
+        "pass": {
+            "id": event.pass,
+            "commit": event.commit,
+            "outcome": event.outcome,
+        },
+        "actions": event.actions.iter().map(|a| json!({
+            "resource": a.resource,
+            "node": a.node,
+            "verb": a.verb,
+            "reason": redact(&a.reason),
+            "result": a.result,
+            "error": a.error.as_deref().map(redact),
+            "upid": a.upid,
+        })).collect::<Vec<_>>(),
+        "findings": event.findings.iter().map(|f| json!({
+            "resource": f.resource,
+            "node": f.node,
+            "kind": f.kind,
+            "field": f.field,
+            "desired": redact(&f.desired),
+            "observed": redact(&f.observed),
+            "message": redact(&f.message),
+            "resolved_how": f.resolved_how,
+        })).collect::<Vec<_>>(),
+        "diagnostics": event.diagnostics.iter().map(|d| redact(d)).collect::<Vec<_>>(),
+        "error": event.error.as_deref().map(redact),
+    })
+}
+
+/// ntfy's JSON publish body for `topic`.
+pub fn ntfy(event: &Event, topic: &str) -> Value {
+    let rendered = render(event);
+    json!({
+        "topic": topic,
+        "title": rendered.title,
+        "message": plain_text(&rendered),
+        "priority": rendered.priority,
+        "tags": rendered.tags.iter().copied().chain([event.kind.as_str()]).collect::<Vec<_>>(),
+        "markdown": false,
+    })
+}
+
+/// The `m.room.message` content.
+pub fn matrix(event: &Event) -> Value {
+    let rendered = render(event);
+    json!({
+        "msgtype": "m.notice",
+        "body": format!("{}\n{}", rendered.title, plain_text(&rendered)),
+        "format": "org.matrix.custom.html",
+        "formatted_body": html(&rendered),
+    })
+}
+
+/// Escapes text for Slack's mrkdwn: `&`, `<` and `>` (Slack's "Formatting text" rules).
+pub fn escape_slack(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Cuts `text` to at most `max` characters, ending with `…` when cut.
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The incoming webhook's body: `text` and `blocks`.
+pub fn slack(event: &Event) -> Value {
+    let rendered = render(event);
+    let mut blocks = vec![json!({
+        "type": "header",
+        "text": {"type": "plain_text", "text": clip(&rendered.title, SLACK_HEADER_MAX)},
+    })];
+    // Lines go into sections of at most 3000 characters; ``` keeps PVE's text verbatim.
+    let mut section = String::new();
+    let flush = |section: &mut String, blocks: &mut Vec<Value>| {
+        if !section.is_empty() {
+            blocks.push(json!({
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": clip(section, SLACK_SECTION_MAX)},
+            }));
+            section.clear();
+        }
+    };
+    for line in &rendered.lines {
+        let item = format!("• `{}`\n", escape_slack(&line.replace('`', "'")));
+        if section.chars().count() + item.chars().count() > SLACK_SECTION_MAX {
+            flush(&mut section, &mut blocks);
+        }
+        section.push_str(&item);
+    }
+    flush(&mut section, &mut blocks);
+    blocks.truncate(49);
+    blocks.push(json!({
+        "type": "context",
+        "elements": [{"type": "mrkdwn", "text": escape_slack(&rendered.context)}],
+    }));
+    json!({
+        "text": escape_slack(&rendered.title),
+        "blocks": blocks,
+    })
+}
+
+/// An email's subject, plain-text body and HTML body.
+pub fn email(event: &Event) -> (String, String, String) {
+    let rendered = render(event);
+    let subject = format!("[proxops] {}", rendered.title);
+    let text = format!("{}\n\n{}\n", rendered.title, plain_text(&rendered));
+    let html = format!(
+        "<!DOCTYPE html><html><body>{}</body></html>",
+        html(&rendered)
+    );
+    (subject, text, html)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drift_event() -> Event {
+        Event {
+            kind: EventKind::DriftFound,
+            pass: 7,
+            node: "pve1".into(),
+            cluster: None,
+            commit: Some("0123456789abcdef".into()),
+            outcome: "no-change".into(),
+            actions: Vec::new(),
+            findings: vec![FindingFact {
+                node: "pve1".into(),
+                resource: "VM/web-1".into(),
+                kind: "drift".into(),
+                field: "memory".into(),
+                desired: "512".into(),
+                observed: "<b>1024</b>".into(),
+                message: String::new(),
+                resolved_how: None,
+            }],
+            diagnostics: Vec::new(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_drift_is_said_with_the_resource_field_values_node_and_commit() {
+        let r = render(&drift_event());
+        assert_eq!(r.title, "pve1: drift found on VM/web-1 (memory)");
+        assert_eq!(
+            r.lines,
+            ["VM/web-1 on pve1 memory: git says 512, PVE has <b>1024</b>"]
+        );
+        assert_eq!(
+            r.context,
+            "node pve1 · commit 0123456789ab · pass 7 (no-change)"
+        );
+    }
+
+    #[test]
+    fn html_formats_escape_what_pve_reported() {
+        let m = matrix(&drift_event());
+        let body = m["formatted_body"].as_str().unwrap();
+        assert!(
+            body.contains("&lt;b&gt;1024&lt;/b&gt;") && !body.contains("<b>1024"),
+            "{body}"
+        );
+        let s = slack(&drift_event());
+        assert!(s.to_string().contains("&lt;b&gt;1024"), "{s}");
+        let (_, _, html) = email(&drift_event());
+        assert!(!html.contains("<b>1024"), "{html}");
+    }
+
+    #[test]
+    fn credentials_in_an_action_error_are_redacted_in_every_format() {
+        let mut event = drift_event();
+        event.kind = EventKind::Failed;
+        event.actions = vec![ActionFact {
+            resource: "ISO/a".into(),
+            node: "pve1".into(),
+            verb: "download".into(),
+            reason: "missing".into(),
+            result: "failed".into(),
+            error: Some("fetching https://user:hunter2@files.example.org/a.iso: 404".into()),
+            upid: None,
+        }];
+        for payload in [
+            webhook(&event),
+            ntfy(&event, "t"),
+            matrix(&event),
+            slack(&event),
+        ] {
+            let text = payload.to_string();
+            assert!(!text.contains("hunter2"), "{text}");
+        }
+        assert!(!email(&event).1.contains("hunter2"));
+    }
+
+    #[test]
+    fn slack_blocks_keep_to_block_kit_limits() {
+        let mut event = drift_event();
+        event.kind = EventKind::Invalid;
+        event.findings.clear();
+        event.diagnostics = (0..200)
+            .map(|i| format!("vm/{i}.yaml:1:1: error: spec: {}", "x".repeat(400)))
+            .collect();
+        let s = slack(&event);
+        let blocks = s["blocks"].as_array().unwrap();
+        assert!(blocks.len() <= 50);
+        assert_eq!(blocks[0]["type"], "header");
+        for b in blocks {
+            if b["type"] == "section" {
+                assert!(b["text"]["text"].as_str().unwrap().chars().count() <= 3000);
+            }
+        }
+        let header = blocks[0]["text"]["text"].as_str().unwrap();
+        assert!(header.chars().count() <= 150);
+    }
+
+    #[test]
+    fn a_long_list_is_capped_and_the_rest_counted() {
+        let mut event = drift_event();
+        event.findings = (0..25).map(|_| event.findings[0].clone()).collect();
+        let r = render(&event);
+        assert_eq!(r.lines.len(), MAX_ITEMS + 1);
+        assert_eq!(r.lines.last().unwrap(), "… and 5 more");
+        assert_eq!(r.title, "pve1: drift found (25 findings)");
+    }
+
+    #[test]
+    fn ntfy_json_names_the_topic_and_a_priority_in_range() {
+        let n = ntfy(&drift_event(), "proxops");
+        assert_eq!(n["topic"], "proxops");
+        assert_eq!(n["priority"], 4);
+        assert_eq!(n["tags"], json!(["mag", "drift-found"]));
+    }
+}
