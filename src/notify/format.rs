@@ -252,21 +252,8 @@ pub fn plain_text(rendered: &Rendered) -> String {
     text
 }
 
-/// Escapes text for HTML element content and attribute values.
-pub fn escape_html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// Escapes text for HTML element content and attribute values (the UI's rule).
+pub use crate::html::escape as escape_html;
 
 /// HTML: the title in bold, the lines as a list, the context in small type.
 pub fn html(rendered: &Rendered) -> String {

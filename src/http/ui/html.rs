@@ -6,21 +6,7 @@ use std::fmt::Write;
 
 use crate::http::{PassJson, now_secs};
 
-/// `text` safe as HTML element content and as a double- or single-quoted attribute value.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::html::escape;
 
 /// A query-string value, percent-encoded (for links that carry a filter).
 pub fn query_value(text: &str) -> String {
