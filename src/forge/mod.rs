@@ -203,7 +203,12 @@ impl Forge {
         let key = (commit.to_owned(), state, description.clone());
         {
             let mut memory = self.memory();
-            if memory.last_final.as_ref() == Some(&key) {
+            // The same state again says nothing new; a success stays the first one (the
+            // pass that applied the commit, not the no-change passes after it).
+            let same = memory.last_final.as_ref().is_some_and(|(c, s, d)| {
+                c == commit && *s == state && (state == State::Success || *d == key.2)
+            });
+            if same {
                 return;
             }
             memory.last_final = Some(key);

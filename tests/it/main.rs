@@ -13,6 +13,7 @@ mod cli_validate;
 mod demo;
 mod drift_history;
 mod flood;
+mod forge;
 mod git_server;
 mod guard_rails;
 mod guests;
