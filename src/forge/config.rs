@@ -150,6 +150,10 @@ pub fn parse(
         Some("github") => ForgeKind::GitHub,
         Some("gitea") => ForgeKind::Gitea,
         Some("forgejo") => ForgeKind::Forgejo,
+        // Verified in Gogs' sources: gogs/gogs @ cf3d55fa, internal/route/api/v1/api.go,
+        // RegisterRoutes: the `/repos/:username/:reponame` group has hooks, collaborators,
+        // raw, archive, git/trees, forks, branches, commits, keys, issues, labels,
+        // milestones, issue-tracker, mirror-sync and editorconfig, and no `statuses`.
         Some("gogs") => {
             return Err(invalid(
                 "kind",
