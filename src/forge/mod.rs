@@ -187,7 +187,7 @@ impl Forge {
         self.push(
             commit,
             State::Pending,
-            format!("applying {}", short(commit)),
+            &format!("applying {}", short(commit)),
             pass,
         );
     }
@@ -214,14 +214,14 @@ impl Forge {
             memory.last_final = Some(key);
             memory.pending_for = Some(commit.to_owned());
         }
-        self.push(commit, state, description, facts.pass);
+        self.push(commit, state, &description, facts.pass);
     }
 
-    fn push(&self, sha: &str, state: State, description: String, pass: PassId) {
+    fn push(&self, sha: &str, state: State, description: &str, pass: PassId) {
         let status = CommitStatus {
             sha: sha.to_owned(),
             state,
-            description: truncate(&description, MAX_DESCRIPTION),
+            description: truncate(description, MAX_DESCRIPTION),
             target_url: self.config.pass_url(pass.0),
             queued_at: Instant::now(),
         };

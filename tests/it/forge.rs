@@ -80,7 +80,7 @@ async fn a_push_is_pending_then_success_a_typo_is_error_and_a_failed_action_is_f
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["id"].to_string() == pass_id)
+        .find(|p| p["id"].as_i64().map(|id| id.to_string()).as_deref() == Some(pass_id))
         .unwrap_or_else(|| panic!("no pass {pass_id} in {passes}"));
     assert_eq!(
         pass["commit"],

@@ -284,10 +284,10 @@ fn check(
             .iter()
             .filter_map(Value::as_str)
             .collect();
-        if let Some(state) = body["state"].as_str() {
-            if !states.contains(&state) {
-                return Err((422, format!("state {state:?} is not one of {states:?}")));
-            }
+        if let Some(state) = body["state"].as_str()
+            && !states.contains(&state)
+        {
+            return Err((422, format!("state {state:?} is not one of {states:?}")));
         }
     }
     Ok(())
@@ -339,10 +339,10 @@ fn validate(root: &Value, schema: &Value, value: &Value, at: &str) -> Result<(),
             return Err(format!("{at}: {actual} is not of type {types:?}"));
         }
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            return Err(format!("{at}: {value} is not one of {allowed:?}"));
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        return Err(format!("{at}: {value} is not one of {allowed:?}"));
     }
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for key in required.iter().filter_map(Value::as_str) {
