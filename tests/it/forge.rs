@@ -234,3 +234,37 @@ async fn a_redirect_from_the_forge_is_not_followed_so_the_token_stays_with_api_u
     assert!(elsewhere.requests().is_empty(), "the redirect was followed");
     assert!(!log().contains(TOKEN));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_nodes_each_write_pending_then_success_under_their_own_context() {
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    let head = repo.commit_files(
+        &[("vm/web-1.yaml", &vm("web-1", 101, "memory: 512MiB"))],
+        "web-1",
+    );
+    let forge = TestForge::start(Api::GitHub, TOKEN).await;
+    let section = forge_toml(&world, "github", &forge.api_url());
+    let (first, _d1) = start_agent(&world, &repo, |t| t.poll("1s").raw(&section)).await;
+    let (second, _d2) =
+        start_agent(&world, &repo, |t| t.node("pve2").poll("1s").raw(&section)).await;
+    let log = || format!("{}\n--- pve2 ---\n{}", first.log_text(), second.log_text());
+    for node in ["pve1", "pve2"] {
+        let context = format!("proxops/default/{node}");
+        forge
+            .wait_for(
+                &format!("{node} success"),
+                |c| c.sha() == head && c.state() == "success" && c.body["context"] == context,
+                log,
+            )
+            .await;
+        let calls = forge.accepted();
+        let states: Vec<&str> = for_commit(&calls, &head)
+            .into_iter()
+            .filter(|c| c.body["context"] == context)
+            .map(Call::state)
+            .collect();
+        assert_eq!(states, ["pending", "success"], "{context}");
+    }
+    forge.assert_all_valid();
+}
