@@ -27,9 +27,6 @@ use tokio::task::JoinSet;
 
 use crate::error_chain::error_text;
 
-/// Guest config reads in flight at once.
-const CONFIG_READS: usize = 16;
-
 /// The (storage → content types) to list on each node for the artifacts in scope.
 fn listings_needed(
     desired: &DesiredState,
@@ -76,8 +73,15 @@ fn listings_needed(
 
 /// Reads storages and their content listings for everything `desired` places in `scope`:
 /// one `GET /nodes/{n}/storage` per node and one content listing per (node, storage,
-/// content type), concurrently.
-pub async fn observe(pve: &PveClient, desired: &DesiredState, scope: &NodeScope) -> ObservedState {
+/// content type), concurrently; and the guests, at most `read_concurrency` config reads in
+/// flight (`[pve] read_concurrency`): a pass over `G` guests takes about
+/// `(1 + ⌈G / read_concurrency⌉)` round trips.
+pub async fn observe(
+    pve: &PveClient,
+    desired: &DesiredState,
+    scope: &NodeScope,
+    read_concurrency: usize,
+) -> ObservedState {
     let needed = listings_needed(desired, scope);
     let mut observed = ObservedState::default();
     let mut nodes = JoinSet::new();
@@ -85,7 +89,7 @@ pub async fn observe(pve: &PveClient, desired: &DesiredState, scope: &NodeScope)
         let pve = pve.clone();
         nodes.spawn(async move { observe_node(&pve, node, storages).await });
     }
-    let guests = observe_guests(pve, desired, scope);
+    let guests = observe_guests(pve, desired, scope, read_concurrency.max(1));
     let (resources, ()) = tokio::join!(guests, async {
         while let Some(joined) = nodes.join_next().await {
             // A panicked task is a bug; its node simply stays unobserved (fail closed).
@@ -158,6 +162,7 @@ async fn observe_guests(
     pve: &PveClient,
     desired: &DesiredState,
     scope: &NodeScope,
+    read_concurrency: usize,
 ) -> Result<BTreeMap<u32, ObservedGuest>, String> {
     let listed = match pve.cluster_resources(Some(ResourceType::Vm)).await {
         Ok(listed) => listed,
@@ -197,7 +202,7 @@ async fn observe_guests(
     }
 
     let reads = reads_needed(desired, scope, &guests);
-    let limit = Arc::new(Semaphore::new(CONFIG_READS));
+    let limit = Arc::new(Semaphore::new(read_concurrency));
     let mut tasks = JoinSet::new();
     for vmid in reads {
         let Some(guest) = guests.get(&vmid) else {
