@@ -283,6 +283,7 @@ async fn agent_passes() {
         breaker: Arc::new(Mutex::new(Breaker::new(5, Duration::from_secs(60)))),
         plan_options: PlanOptions::default(),
         enforced: Mutex::new(None),
+        forge: None,
     };
     let cancel = CancellationToken::new();
     let start = Instant::now();

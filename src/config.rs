@@ -75,6 +75,8 @@ pub struct AgentConfig {
     pub secrets: SecretsConfig,
     /// `[[notify]]`: where pass results are announced (`crate::notify`).
     pub notify: Vec<crate::notify::config::NotifyTarget>,
+    /// `[forge]`: where commit statuses are written (`crate::forge`).
+    pub forge: Option<crate::forge::config::ForgeConfig>,
     /// `[snippets]`: the default storage of cloud-init snippets and their grace period.
     pub snippets: crate::snippets::SnippetsConfig,
     /// `[scope]`: what the repository may declare, adopt and create.
@@ -271,6 +273,7 @@ struct RawConfig {
     secrets: Option<RawSecrets>,
     #[serde(default)]
     notify: Vec<toml::Table>,
+    forge: Option<crate::forge::config::RawForge>,
     snippets: Option<crate::snippets::config::RawSnippets>,
     scope: Option<scope::RawScope>,
 }
@@ -700,6 +703,14 @@ impl AgentConfig {
                 read_secret: &read_secret,
             },
         )?;
+        let forge = crate::forge::config::parse(
+            raw.forge,
+            &crate::forge::config::Loader {
+                path,
+                resolve: &resolve,
+                read_secret: &read_secret,
+            },
+        )?;
         let scope = raw
             .scope
             .unwrap_or_default()
@@ -720,6 +731,7 @@ impl AgentConfig {
             policy,
             secrets,
             notify,
+            forge,
             snippets,
             scope,
         })

@@ -34,6 +34,7 @@ pub mod config;
 pub mod demo;
 pub mod error_chain;
 pub mod execute;
+pub mod forge;
 pub mod html;
 pub mod http;
 pub mod metrics;

@@ -188,6 +188,13 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             breaker: kept.breaker,
             plan_options: PlanOptions::from_config(config),
             enforced: Mutex::new(None),
+            forge: config.forge.as_ref().and_then(|forge| {
+                crate::forge::Forge::start(
+                    forge,
+                    config.cluster.as_deref(),
+                    &node_label(&config.node),
+                )
+            }),
         },
         schedule,
     })

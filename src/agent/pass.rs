@@ -59,6 +59,8 @@ pub struct PassDeps {
     /// start or reload until a pass needs it; it is then read from the mirror at the commit
     /// the store recorded as last enforced.
     pub enforced: Mutex<Option<Revision>>,
+    /// `[forge]`: commit statuses (`None` without one, or with `status = false`).
+    pub forge: Option<Arc<crate::forge::Forge>>,
 }
 
 impl PassDeps {
@@ -260,6 +262,9 @@ pub async fn run_pass(deps: &PassDeps, trigger: Trigger, cancel: &CancellationTo
         }
         return Verdict::of(&PassEnd::StoreFailed);
     };
+    if let (Some(forge), Some(commit)) = (&deps.forge, &commit) {
+        forge.pass_started(pass, commit);
+    }
     let ended = match fetched {
         Err(failure) => {
             with_store(&deps.store, |s| {
@@ -554,6 +559,26 @@ fn record(deps: &PassDeps, pass: PassId, started: SystemTime, ended: Ended) -> V
         }
         log_store_error(s.finish_pass(pass, ended.outcome, ended.counts, SystemTime::now()))
     });
+    if let Some(forge) = &deps.forge {
+        forge.pass_ended(
+            &deps.store,
+            &crate::forge::PassFacts {
+                pass,
+                commit: ended.commit.as_deref(),
+                outcome: ended.outcome,
+                counts: ended.counts,
+                first_diagnostic: ended.diagnostics.first().map(|d| {
+                    let at = format!("{}:{}:{}", d.path, d.line, d.column);
+                    if d.field.is_empty() {
+                        format!("{at}: {}", d.message)
+                    } else {
+                        format!("{at}: {}: {}", d.field, d.message)
+                    }
+                }),
+                note: ended.note.as_deref(),
+            },
+        );
+    }
     if let Some(invalid) = &ended.head_invalid {
         tracing::warn!(summary = %invalid.summary, "HEAD is not applied");
     }

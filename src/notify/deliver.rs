@@ -219,11 +219,20 @@ pub struct Deliverer {
 /// # Errors
 /// `ca_file` unreadable or holding no certificate; the TLS setup failing.
 pub fn http_client(target: &NotifyTarget) -> Result<reqwest::Client, String> {
+    http_client_trusting(target.ca_file.as_deref())
+}
+
+/// [`http_client`] for any sender (the forge's commit statuses too): system roots plus
+/// `ca_file`, no redirects, [`SEND_TIMEOUT`].
+///
+/// # Errors
+/// `ca_file` unreadable or holding no certificate; the TLS setup failing.
+pub fn http_client_trusting(ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut extra = Vec::new();
-    if let Some(file) = &target.ca_file {
+    if let Some(file) = ca_file {
         let pem =
             std::fs::read(file).map_err(|e| format!("reading ca_file {}: {e}", file.display()))?;
         extra = CertificateDer::pem_slice_iter(&pem)

@@ -14,6 +14,7 @@ mod demo;
 mod drift_history;
 mod fidelity;
 mod flood;
+mod forge;
 mod git_server;
 mod guard_rails;
 mod guests;

@@ -2,6 +2,7 @@
 //! (in [`agent`]) the agent's agent.toml and the agent as a child process.
 
 pub(crate) mod agent;
+pub(crate) mod forge;
 pub(crate) mod notify;
 
 use std::path::{Path, PathBuf};
