@@ -234,7 +234,7 @@ mod tests {
 
     use super::*;
     use crate::guest::GuestType;
-    use crate::plan::{CloneFrom, Create, Download, GuestRef, Grow, Snippet};
+    use crate::plan::{CloneFrom, Create, Download, Grow, GuestRef, Snippet};
     use crate::resource::{Kind, ResourceId};
 
     fn action(verb: Verb) -> Action {
