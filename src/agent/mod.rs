@@ -25,6 +25,7 @@ pub mod pass;
 pub mod retry;
 pub mod schedule;
 pub mod status;
+pub mod window;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
