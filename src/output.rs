@@ -186,6 +186,27 @@ pub fn print_status(status: &crate::http::StatusJson) {
                 .unwrap_or_default()
         );
     }
+    let writes = &status.writes;
+    if let Some(f) = &writes.frozen {
+        println!(
+            "FROZEN by {} since {}{}{}",
+            f.who,
+            f.since,
+            f.until.as_deref().map_or_else(
+                || " until proxops unfreeze".to_owned(),
+                |t| format!(" until {t}")
+            ),
+            if f.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", f.reason)
+            }
+        );
+    }
+    println!("writes: {}", writes.line());
+    for window in &writes.windows {
+        println!("  {window} (UTC)");
+    }
     if let Some(p) = &status.last_force_push {
         println!(
             "last force-push: {} replaced {} (seen {})",

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use proxops_store::Freeze;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::timefmt::rfc3339;
 
@@ -262,6 +262,72 @@ impl Held {
     }
 }
 
+/// The freeze as the views show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreezeView {
+    /// RFC 3339; `None`: until `proxops unfreeze`.
+    pub until: Option<String>,
+    /// The operator's reason.
+    pub reason: String,
+    /// The Unix user who froze.
+    pub who: String,
+    /// RFC 3339.
+    pub since: String,
+}
+
+/// Whether writes are allowed now, as `/api/v1/status`, `proxops status` and the UI say it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WritesView {
+    /// No freeze in force and the windows allow a write now.
+    pub allowed: bool,
+    /// The freeze in force, if any.
+    pub frozen: Option<FreezeView>,
+    /// Why writes are held, when they are.
+    pub held: Option<String>,
+    /// RFC 3339: when the next write is allowed, when held and known.
+    pub next_allowed: Option<String>,
+    /// `[[policy.window]]`, as `allow window "0 22 * * 1-5" for 2h`.
+    pub windows: Vec<String>,
+}
+
+/// The view of [`write_allowed`] at `now`.
+pub fn writes_view(now: DateTime<Utc>, windows: &[Window], freeze: Option<&Freeze>) -> WritesView {
+    let frozen = freeze
+        .filter(|f| f.in_force_at(now.into()))
+        .map(|f| FreezeView {
+            until: f.until.map(rfc3339),
+            reason: f.reason.clone(),
+            who: f.who.clone(),
+            since: rfc3339(f.since),
+        });
+    let (allowed, held, next_allowed) = match write_allowed(now, windows, freeze) {
+        Ok(()) => (true, None, None),
+        Err(held) => (
+            false,
+            Some(held.reason),
+            held.next_allowed.map(|t| rfc3339(t.into())),
+        ),
+    };
+    WritesView {
+        allowed,
+        frozen,
+        held,
+        next_allowed,
+        windows: windows.iter().map(ToString::to_string).collect(),
+    }
+}
+
+impl WritesView {
+    /// One line for people: `allowed` or why not and until when.
+    pub fn line(&self) -> String {
+        match (&self.held, &self.next_allowed) {
+            (None, _) => "allowed".to_owned(),
+            (Some(why), Some(next)) => format!("held: {why}; next write allowed at {next}"),
+            (Some(why), None) => format!("held: {why}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -298,11 +364,20 @@ mod tests {
     fn an_allow_window_lets_writes_through_only_while_open_and_names_the_next_opening() {
         // Weekdays 22:00–00:00 UTC; 2027-03-01 is a Monday.
         let windows = [allow("0 22 * * 1-5", "2h")];
-        assert_eq!(write_allowed(utc(2027, 3, 1, 22, 0), &windows, None), Ok(()));
-        assert_eq!(write_allowed(utc(2027, 3, 1, 23, 59), &windows, None), Ok(()));
+        assert_eq!(
+            write_allowed(utc(2027, 3, 1, 22, 0), &windows, None),
+            Ok(())
+        );
+        assert_eq!(
+            write_allowed(utc(2027, 3, 1, 23, 59), &windows, None),
+            Ok(())
+        );
         let held = write_allowed(utc(2027, 3, 2, 0, 0), &windows, None).unwrap_err();
         assert_eq!(held.next_allowed, Some(utc(2027, 3, 2, 22, 0)));
-        assert!(held.reason.contains("outside every allow window"), "{held:?}");
+        assert!(
+            held.reason.contains("outside every allow window"),
+            "{held:?}"
+        );
         // Friday night's window is the last of the week: next Monday.
         let held = write_allowed(utc(2027, 3, 6, 12, 0), &windows, None).unwrap_err();
         assert_eq!(held.next_allowed, Some(utc(2027, 3, 8, 22, 0)));
@@ -315,7 +390,8 @@ mod tests {
         let held = write_allowed(utc(2027, 3, 2, 1, 30), &windows, None).unwrap_err();
         assert_eq!(held.next_allowed, Some(utc(2027, 3, 2, 2, 0)));
         assert!(
-            held.reason.contains("inside the deny window \"0 23 * * *\" for 3h"),
+            held.reason
+                .contains("inside the deny window \"0 23 * * *\" for 3h"),
             "{held:?}"
         );
         assert!(write_allowed(utc(2027, 3, 2, 2, 0), &windows, None).is_ok());
@@ -358,8 +434,14 @@ mod tests {
         let freeze = frozen(Some(utc(2027, 3, 1, 14, 0)));
         let held = write_allowed(utc(2027, 3, 1, 12, 0), &[], Some(&freeze)).unwrap_err();
         assert_eq!(held.next_allowed, Some(utc(2027, 3, 1, 14, 0)));
-        assert!(held.reason.contains("until 2027-03-01T14:00:00Z"), "{held:?}");
-        assert_eq!(write_allowed(utc(2027, 3, 1, 14, 0), &[], Some(&freeze)), Ok(()));
+        assert!(
+            held.reason.contains("until 2027-03-01T14:00:00Z"),
+            "{held:?}"
+        );
+        assert_eq!(
+            write_allowed(utc(2027, 3, 1, 14, 0), &[], Some(&freeze)),
+            Ok(())
+        );
         // The freeze ends at 14:00, but the allow window opens only at 22:00.
         let windows = [allow("0 22 * * *", "1h")];
         let held = write_allowed(utc(2027, 3, 1, 12, 0), &windows, Some(&freeze)).unwrap_err();
@@ -373,8 +455,8 @@ mod tests {
             schedule: schedule.to_owned(),
             duration: duration.to_owned(),
         };
-        let (key, message) = parse(&[raw("0 22 * * *", "2h"), raw("0 0 22 * * *", "2h")])
-            .unwrap_err();
+        let (key, message) =
+            parse(&[raw("0 22 * * *", "2h"), raw("0 0 22 * * *", "2h")]).unwrap_err();
         assert_eq!(key, "policy.window[1].schedule");
         assert!(message.contains("has 6 fields"), "{message}");
         let (key, message) = parse(&[raw("0 61 * * *", "2h")]).unwrap_err();
@@ -385,6 +467,27 @@ mod tests {
         let (key, message) = parse(&[raw("0 22 * * *", "0s")]).unwrap_err();
         assert_eq!(key, "policy.window[0].duration");
         assert!(message.contains("longer than 0"), "{message}");
+    }
+
+    #[test]
+    fn the_view_of_a_timed_freeze_names_who_until_when_and_the_next_write() {
+        let freeze = frozen(Some(utc(2027, 3, 1, 14, 0)));
+        let view = writes_view(utc(2027, 3, 1, 12, 0), &[], Some(&freeze));
+        assert!(!view.allowed);
+        let shown = view.frozen.as_ref().unwrap();
+        assert_eq!(
+            (shown.who.as_str(), shown.until.as_deref()),
+            ("alice", Some("2027-03-01T14:00:00Z"))
+        );
+        assert_eq!(view.next_allowed.as_deref(), Some("2027-03-01T14:00:00Z"));
+        assert!(
+            view.line()
+                .ends_with("next write allowed at 2027-03-01T14:00:00Z")
+        );
+        // Once it ended, it is not shown and writes are allowed.
+        let after = writes_view(utc(2027, 3, 1, 15, 0), &[], Some(&freeze));
+        assert_eq!(after.line(), "allowed");
+        assert_eq!((after.allowed, after.frozen), (true, None));
     }
 
     #[test]
