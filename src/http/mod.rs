@@ -198,6 +198,9 @@ pub struct ActionJson {
     pub exitstatus: Option<String>,
     /// The error (failed) or the reason (skipped).
     pub error: Option<String>,
+    /// `safe`, `risky` or `destructive`; `None` for actions recorded before risk levels.
+    #[serde(default)]
+    pub risk: Option<String>,
 }
 
 impl From<&ActionRecord> for ActionJson {
@@ -226,6 +229,7 @@ impl From<&ActionRecord> for ActionJson {
             result: a.outcome.as_ref().map(|o| o.as_str().to_owned()),
             exitstatus,
             error,
+            risk: a.risk.map(|r| r.name().to_owned()),
         }
     }
 }
