@@ -3,10 +3,19 @@
 //! - `webhook`: webhook-to-pass-start latency over 200 deliveries (a new commit is pushed, a
 //!   signed GitHub push is delivered, and the time until the agent records a pass for that
 //!   commit is measured; it includes the git fetch). Prints p50/p99.
+//! - `write`: webhook → first PVE write over 200 deliveries, each a commit that adds one ISO
+//!   (the write is its `download-url` POST, seen in the simulator's request log), against the
+//!   floor measured in the same iteration: `git fetch` (git's CLI, in a clone of the same
+//!   remote) of that change plus one PVE round trip (`GET /version` on a kept-alive TLS
+//!   connection). Prints the medians and the ratio.
+//! - `fetch`: the agent's fetch (`GitSource::fetch`, in-process: gix, shallow, tree read)
+//!   against git's CLI fetch of the same change, 200 commits, each timed in turn. Prints the
+//!   medians and the ratio.
 //! - `idle`: resident memory of the agent after `PROXOPS_BENCH_IDLE_SECS` (default 600) of
-//!   1 s polling of an unchanged repository.
+//!   1 s polling of an unchanged repository, sampled every 10 s.
 //!
-//! Run: `cargo bench --bench agent -- webhook` or `-- idle` (both by default).
+//! Run: `cargo bench --bench agent -- webhook`, `-- write`, `-- fetch` or `-- idle` (all by
+//! default). `PROXOPS_BENCH_DELIVERIES` (200) sets the count for `webhook`, `write`, `fetch`.
 //!
 //! Benches cannot use `tests/it`'s harness (`tests/it/support/agent.rs`: `AgentToml`,
 //! `AgentProcess`), so [`setup`], [`spawn`] and [`bound_address`] are a small local equivalent
@@ -42,6 +51,12 @@ fn main() {
         if all || args.iter().any(|a| a == "webhook") {
             webhook_latency().await;
         }
+        if all || args.iter().any(|a| a == "write") {
+            webhook_to_write().await;
+        }
+        if all || args.iter().any(|a| a == "fetch") {
+            fetch_against_git_cli();
+        }
         if all || args.iter().any(|a| a == "idle") {
             idle_rss().await;
         }
@@ -49,9 +64,9 @@ fn main() {
 }
 
 struct Setup {
-    _sim: proxops_pve_sim::RunningSim,
+    sim: proxops_pve_sim::RunningSim,
     repo: TestRepo,
-    _daemon: test_repo::GitDaemon,
+    daemon: test_repo::GitDaemon,
     dir: tempfile::TempDir,
     state_dir: PathBuf,
 }
@@ -82,9 +97,9 @@ async fn setup(poll: &str) -> Setup {
     )
     .unwrap();
     Setup {
-        _sim: sim,
+        sim,
         repo,
-        _daemon: daemon,
+        daemon,
         dir,
         state_dir,
     }
@@ -142,6 +157,244 @@ async fn wait_for_commit(http: &reqwest::Client, listen: &str, commit: &str) {
     }
 }
 
+fn deliveries() -> usize {
+    std::env::var("PROXOPS_BENCH_DELIVERIES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200)
+}
+
+/// Delivers a signed GitHub push of `commit` and checks that the agent accepted it.
+async fn deliver(http: &reqwest::Client, listen: &str, commit: &str) {
+    // Each push names its commit, as forges' do: identical bodies are coalesced as
+    // replays (`webhook::replay`) and would start no pass.
+    let body = format!(r#"{{"ref":"refs/heads/main","after":"{commit}"}}"#);
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    let response = http
+        .post(format!("http://{listen}/hooks/github"))
+        .header("X-GitHub-Event", "push")
+        .header("X-Hub-Signature-256", &signature)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+}
+
+fn median(values: &mut [Duration]) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// `/proc/loadavg`'s three averages.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Serves any `/<name>` as a few bytes over plain HTTP on 127.0.0.1: the ISO mirror the
+/// simulated node downloads from.
+async fn serve_isos() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = axum::Router::new().route(
+        "/{name}",
+        axum::routing::get(|| async { &b"not really an iso"[..] }),
+    );
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+/// Times `git fetch` (git's CLI) in `clone`.
+fn git_cli_fetch(clone: &std::path::Path) -> Duration {
+    let start = Instant::now();
+    test_repo::git(clone, &["fetch", "--quiet", "origin"]);
+    start.elapsed()
+}
+
+/// Webhook → first PVE write for commits that each add one ISO, against git's CLI fetch of
+/// the same change plus one PVE round trip.
+async fn webhook_to_write() {
+    let setup = setup("1h").await;
+    let mirror = serve_isos().await;
+    let mut agent = spawn(&setup);
+    let listen = bound_address(&setup).await;
+    let http = reqwest::Client::new();
+    wait_for_commit(&http, &listen, &setup.repo.head()).await;
+    let cli = tempfile::tempdir().unwrap();
+    test_repo::git(
+        cli.path(),
+        &["clone", "--quiet", &setup.daemon.url("origin.git"), "clone"],
+    );
+    let clone = cli.path().join("clone");
+    let pve = proxops_pve::PveClient::new(proxops_pve::ClientConfig {
+        base_url: setup.sim.base_url(),
+        token_id: "root@pam!proxops".into(),
+        token_secret: "proxops-dev-secret".to_owned().into(),
+        trust: proxops_pve::Trust::Fingerprint(setup.sim.fingerprint().unwrap().to_owned()),
+        timeout: proxops_pve::Timeouts::default(),
+        retry: proxops_pve::RetryPolicy::default(),
+    })
+    .unwrap();
+    pve.version().await.unwrap();
+    let load_before = load_average();
+    let (mut to_write, mut fetches, mut rtts, mut ratios) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..deliveries() {
+        let name = format!("iso-{i:04}");
+        let manifest = format!(
+            "apiVersion: proxops/v1alpha1\nkind: ISO\nmetadata:\n  name: {name}\nspec:\n  \
+             nodes: [pve1]\n  storage: local\n  filename: {name}.iso\n  \
+             url: http://{mirror}/{name}.iso\n"
+        );
+        let commit = setup
+            .repo
+            .commit_files(&[(&format!("iso/{name}.yaml"), &manifest)], "add an ISO");
+        setup.sim.control().clear_requests();
+        let start = Instant::now();
+        deliver(&http, &listen, &commit).await;
+        let deadline = start + Duration::from_secs(30);
+        loop {
+            let log = setup.sim.control().requests();
+            if log.requests.iter().any(|r| {
+                r.method == "POST"
+                    && r.endpoint.ends_with("/download-url")
+                    && r.params.get("filename").map(String::as_str) == Some(&format!("{name}.iso"))
+            }) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no download-url for {name}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let took = start.elapsed();
+        wait_for_commit(&http, &listen, &commit).await;
+        // The floor, measured right after, with the agent idle again.
+        let fetch = git_cli_fetch(&clone);
+        let rtt_start = Instant::now();
+        pve.version().await.unwrap();
+        let rtt = rtt_start.elapsed();
+        ratios.push(took.as_secs_f64() / (fetch + rtt).as_secs_f64());
+        to_write.push(took);
+        fetches.push(fetch);
+        rtts.push(rtt);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let p99 = {
+        let mut sorted = to_write.clone();
+        sorted.sort();
+        sorted[sorted.len() * 99 / 100]
+    };
+    let (write, fetch, rtt) = (
+        median(&mut to_write),
+        median(&mut fetches),
+        median(&mut rtts),
+    );
+    println!(
+        "webhook → first PVE write (a commit adding one ISO), {} deliveries, load {load_before} \
+         → {}: median {} (p99 {}); floor: git CLI fetch median {} + PVE round trip median {}; \
+         ratio of medians {:.3}, median of per-delivery ratios {:.3} (target <= 1.2)",
+        ratios.len(),
+        load_average(),
+        ms(write),
+        ms(p99),
+        ms(fetch),
+        ms(rtt),
+        write.as_secs_f64() / (fetch + rtt).as_secs_f64(),
+        ratios[ratios.len() / 2],
+    );
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+}
+
+/// The agent's fetch (`GitSource::fetch`, in-process) against git's CLI, change by change.
+fn fetch_against_git_cli() {
+    use proxops::config::{Poll, SourceConfig};
+    use proxops::source::git::GitSource;
+    use std::sync::atomic::AtomicBool;
+
+    let repo = TestRepo::new();
+    repo.commit_files(&[("vm/a.yaml", "first\n")], "first");
+    let daemon = repo.serve();
+    let url = daemon.url("origin.git");
+    let dir = tempfile::tempdir().unwrap();
+    let source = GitSource::open(
+        &SourceConfig {
+            url: url.clone(),
+            branch: "main".into(),
+            path: String::new(),
+            poll: Poll::Every(Duration::from_secs(60)),
+            token: None,
+            ssh_key_file: None,
+            known_hosts_file: None,
+        },
+        dir.path(),
+    )
+    .unwrap();
+    let interrupt = AtomicBool::new(false);
+    source.fetch(&interrupt).unwrap();
+    test_repo::git(dir.path(), &["clone", "--quiet", &url, "clone"]);
+    let clone = dir.path().join("clone");
+    let load_before = load_average();
+    let (mut agent, mut cli, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..deliveries() {
+        let commit = repo.commit_files(&[("vm/a.yaml", &format!("change {i}\n"))], "change");
+        // Alternate who fetches first, so neither always meets a cold server.
+        let (a, c) = if i % 2 == 0 {
+            let start = Instant::now();
+            let revision = source.fetch(&interrupt).unwrap();
+            let a = start.elapsed();
+            assert_eq!(revision.commit, commit);
+            (a, git_cli_fetch(&clone))
+        } else {
+            let c = git_cli_fetch(&clone);
+            let start = Instant::now();
+            let revision = source.fetch(&interrupt).unwrap();
+            assert_eq!(revision.commit, commit);
+            (start.elapsed(), c)
+        };
+        ratios.push(a.as_secs_f64() / c.as_secs_f64());
+        agent.push(a);
+        cli.push(c);
+    }
+    ratios.sort_by(f64::total_cmp);
+    // The mirror gains one pack per fetched change (gix never repacks): does that show?
+    let tenth = (agent.len() / 10).max(1);
+    let first = median(&mut agent[..tenth].to_vec());
+    let last = median(&mut agent[agent.len() - tenth..].to_vec());
+    let packs = std::fs::read_dir(source.mirror_path().join("objects/pack"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+                .count()
+        })
+        .unwrap_or(0);
+    println!(
+        "fetch: agent median of the first {tenth} changes {}, of the last {tenth} {}; the \
+         mirror holds {packs} packs",
+        ms(first),
+        ms(last)
+    );
+    let (a, c) = (median(&mut agent), median(&mut cli));
+    println!(
+        "fetch of one change over git://127.0.0.1, {} changes, load {load_before} → {}: agent \
+         (GitSource::fetch) median {}, git CLI `git fetch` median {}; ratio of medians {:.3}, \
+         median of per-change ratios {:.3} (target <= 1.1)",
+        ratios.len(),
+        load_average(),
+        ms(a),
+        ms(c),
+        a.as_secs_f64() / c.as_secs_f64(),
+        ratios[ratios.len() / 2],
+    );
+}
+
 async fn webhook_latency() {
     let setup = setup("1h").await;
     let mut agent = spawn(&setup);
@@ -150,26 +403,12 @@ async fn webhook_latency() {
     let head = setup.repo.head();
     wait_for_commit(&http, &listen, &head).await;
     let mut latencies = Vec::new();
-    for i in 0..200 {
+    for i in 0..deliveries() {
         let commit = setup
             .repo
             .commit_files(&[("README.md", &format!("change {i}\n"))], "change");
-        // Each push names its commit, as forges' do: identical bodies are coalesced as
-        // replays (`webhook::replay`) and would start no pass.
-        let body = format!(r#"{{"ref":"refs/heads/main","after":"{commit}"}}"#);
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-        mac.update(body.as_bytes());
-        let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
         let start = Instant::now();
-        let response = http
-            .post(format!("http://{listen}/hooks/github"))
-            .header("X-GitHub-Event", "push")
-            .header("X-Hub-Signature-256", &signature)
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 202);
+        deliver(&http, &listen, &commit).await;
         wait_for_commit(&http, &listen, &commit).await;
         latencies.push(start.elapsed());
         // Let the pass finish before the next delivery, so each delivery starts one pass.
@@ -177,8 +416,9 @@ async fn webhook_latency() {
     }
     latencies.sort();
     println!(
-        "webhook → pass recorded for the new commit (git fetch included), 200 deliveries: \
+        "webhook → pass recorded for the new commit (git fetch included), {} deliveries: \
          p50 {:?}, p99 {:?}, max {:?}",
+        latencies.len(),
         latencies[latencies.len() / 2],
         latencies[latencies.len() * 99 / 100],
         latencies[latencies.len() - 1]
@@ -207,7 +447,28 @@ async fn idle_rss() {
             .unwrap_or(0)
     };
     let first = rss(agent.id());
-    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let field = |pid: u32, name: &str| -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let threads = |pid: u32| -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut peak = first;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(10).min(end - Instant::now())).await;
+        peak = peak.max(rss(agent.id()));
+    }
     let revisions: serde_json::Value = http
         .get(format!("http://{listen}/api/v1/revisions?limit=1000"))
         .send()
@@ -218,10 +479,15 @@ async fn idle_rss() {
         .unwrap();
     println!(
         "idle agent, 1 s polling of an unchanged repository for {secs} s ({} passes): \
-         RSS {} KiB after the first pass, {} KiB at the end",
+         RSS {} KiB after the first pass, {} KiB at the end, peak {peak} KiB (sampled every \
+         10 s; of it RssAnon {}, RssFile {}); {} threads; load {}",
         revisions.as_array().map_or(0, Vec::len),
         first,
-        rss(agent.id())
+        rss(agent.id()),
+        field(agent.id(), "RssAnon:"),
+        field(agent.id(), "RssFile:"),
+        threads(agent.id()),
+        load_average(),
     );
     agent.kill().unwrap();
     agent.wait().unwrap();

@@ -107,6 +107,7 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
+        read_concurrency: proxops::config::DEFAULT_READ_CONCURRENCY,
         snippets: proxops::snippets::SnippetsConfig::default(),
     }
 }

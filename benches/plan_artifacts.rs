@@ -96,6 +96,7 @@ async fn run() {
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,
+        read_concurrency: proxops::config::DEFAULT_READ_CONCURRENCY,
         snippets: proxops::snippets::SnippetsConfig::default(),
     };
     let desired = reconcile::desired_state(&files, None).unwrap();

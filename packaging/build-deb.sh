@@ -42,5 +42,7 @@ mkdir -p "$assets/man"
 "$bin" man --dir "$assets/man"
 gzip -9n "$assets"/man/*.1
 
+# `release` is already stripped (Cargo.toml `strip = true`); `--strip` is kept for profiles
+# that are not (PROXOPS_DEB_PROFILE=bench keeps symbols).
 cargo deb --locked --no-build --strip --profile "$profile" -p proxops 2>&1 | tee "$assets/cargo-deb.log" >&2
 tail -n 1 "$assets/cargo-deb.log"

@@ -50,7 +50,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proxops_core::guest::{Artifacts, RenderedConfig};
 use proxops_core::guest::{DiskRole, GuestType, PropertyString, Rule, render};
-use proxops_core::manifest::{Placement, content_type};
+use proxops_core::manifest::{Placement, Spec, content_type};
 use proxops_core::plan::{Action, NodeScope, Plan, Verb};
 use proxops_core::repository::DesiredState;
 use proxops_core::resource::{Kind, ResourceId};
@@ -594,10 +594,25 @@ pub fn read_requirements(desired: &DesiredState, scope: &NodeScope) -> Vec<Requi
     for resource in desired.manifest.resources() {
         match &resource.placement {
             Placement::Guest { node, vmid, .. } if scope.includes(node) => {
-                out.push(require(
-                    &format!("observe {} on {node}", resource.id),
-                    vec![pp(format!("/vms/{vmid}"), "VM.Audit")],
-                ));
+                let why = format!("observe {} on {node}", resource.id);
+                let audit = vec![pp(format!("/vms/{vmid}"), "VM.Audit")];
+                match declared_pool(resource) {
+                    // A guest of the pool inherits `/pool/<pool>` (RPCEnvironment
+                    // `compile_acl_path`); `/cluster/resources` shows its `pool` only with
+                    // Pool.Audit there (pve-manager `API2/Cluster.pm` `resources`), and
+                    // without it every pass would see the guest out of its pool.
+                    Some(pool) => {
+                        out.push(require_any(
+                            &why,
+                            vec![vec![pp(format!("/pool/{pool}"), "VM.Audit")], audit],
+                        ));
+                        out.push(require(
+                            &format!("observe the pool of {} on {node}", resource.id),
+                            vec![pp(format!("/pool/{pool}"), "Pool.Audit")],
+                        ));
+                    }
+                    None => out.push(require(&why, audit)),
+                }
             }
             Placement::Artifact { nodes, storage, .. } => {
                 if nodes.iter().any(|n| scope.includes(n)) && storages.insert(storage.clone()) {
@@ -616,9 +631,21 @@ pub fn plan_requirements(plan: &Plan, desired: &DesiredState) -> Vec<Requirement
     let rendered = |id: &ResourceId| -> Option<RenderedConfig> {
         desired.manifest.get(id).and_then(|r| render(r, &artifacts))
     };
-    plan.actions()
+    // `/vms/<vmid>` → the pool of each guest this plan creates or clones into one.
+    let created_in_pool: BTreeMap<String, String> = plan
+        .actions()
+        .filter_map(|a| match &a.verb {
+            Verb::Create(c) => Some((c.vmid, c.params.get("pool")?.clone())),
+            Verb::Clone(c) => Some((c.vmid, c.pool.clone()?)),
+            _ => None,
+        })
+        .map(|(vmid, pool)| (format!("/vms/{vmid}"), pool))
+        .collect();
+    let requirements = plan
+        .actions()
         .flat_map(|action| action_requirements(action, &rendered))
-        .collect()
+        .collect();
+    or_on_pool(requirements, &created_in_pool)
 }
 
 fn action_requirements(
@@ -696,6 +723,18 @@ fn action_requirements(
                         &why,
                     )),
                 }
+            }
+            // Written once the guest is in its pool (`tags`).
+            for (key, value) in &c.after {
+                out.extend(config_requirements(
+                    c.guest_type,
+                    c.vmid,
+                    key,
+                    Some(value),
+                    None,
+                    Write::Update,
+                    &why,
+                ));
             }
         }
         Verb::Clone(c) => {
@@ -790,8 +829,82 @@ fn action_requirements(
                 vec![pp(format!("/vms/{}", g.vmid), "VM.Allocate")],
             ));
         }
+        Verb::Pool(p) => {
+            // pve-manager @ 14a22df3 `PVE/API2/Pool.pm` `update_pool`: the schema's
+            // `Pool.Allocate` on `/pool/<pool>`, `check_perm_modify` on `/vms/<vmid>`
+            // (`check_any` of Permissions.Modify and VM.Allocate), and with `allow-move`
+            // `Pool.Allocate` on the pool the guest leaves.
+            out.push(require(
+                &why,
+                vec![pp(format!("/pool/{}", p.pool), "Pool.Allocate")],
+            ));
+            let vm = format!("/vms/{}", p.vmid);
+            out.push(require_any(
+                &why,
+                vec![
+                    vec![pp(&vm, "VM.Allocate")],
+                    vec![pp(&vm, "Permissions.Modify")],
+                ],
+            ));
+            if let Some(from) = &p.from {
+                out.push(require(
+                    &why,
+                    vec![pp(format!("/pool/{from}"), "Pool.Allocate")],
+                ));
+            }
+        }
     }
     out
+}
+
+/// Each requirement on `/vms/<vmid>` of a guest this plan creates or clones into a pool
+/// with, first, the same privileges on `/pool/<pool>` as an alternative. PVE checks a new
+/// guest's privileges on its pool as well as on `/vms/<vmid>` (qemu-server @ e6352be6
+/// `API2/Qemu.pm` `create_vm`: `VM.Allocate` on `/vms/<vmid>` or `/pool/<pool>`, the config
+/// keys through `check_vm_perm($vmid, $pool)`; `clone_vm`: `'or', ['perm', '/vms/{newid}',
+/// ...], ['perm', '/pool/{pool}', ...]`; pve-container @ 94f5585 `API2/LXC.pm` likewise), and
+/// once created the guest is a member and `/vms/<vmid>` inherits what the pool grants
+/// (pve-access-control @ 5ccd07d `RPCEnvironment.pm` `compile_acl_path`), so its start or
+/// promote later in the pass is allowed by the pool too. Before the create PVE lists nothing
+/// for `/vms/<vmid>`.
+fn or_on_pool(
+    requirements: Vec<Requirement>,
+    pools: &BTreeMap<String, String>,
+) -> Vec<Requirement> {
+    let on_pool = |p: &PathPrivilege| {
+        pools
+            .get(&p.path)
+            .map(|pool| pp(format!("/pool/{pool}"), &p.privilege))
+    };
+    requirements
+        .into_iter()
+        .map(|mut req| {
+            let mut options: Vec<Vec<PathPrivilege>> = req
+                .options
+                .iter()
+                .filter(|o| o.iter().any(|p| on_pool(p).is_some()))
+                .map(|o| {
+                    o.iter()
+                        .map(|p| on_pool(p).unwrap_or_else(|| p.clone()))
+                        .collect()
+                })
+                .collect();
+            if !options.is_empty() {
+                options.append(&mut req.options);
+                req.options = options;
+            }
+            req
+        })
+        .collect()
+}
+
+/// `spec.pool` of a guest resource.
+fn declared_pool(resource: &proxops_core::manifest::Resource) -> Option<&str> {
+    match resource.spec.as_ref()? {
+        Spec::Vm(spec) => spec.pool.as_deref(),
+        Spec::Lxc(spec) => spec.pool.as_deref(),
+        Spec::Artifact(_) => None,
+    }
 }
 
 /// Checks storages against what the manifests use, given each node's storage listing
@@ -1706,6 +1819,7 @@ mod tests {
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
                 grow: Vec::new(),
+                after: Default::default(),
             }),
             reason: "missing".into(),
         }
@@ -1743,6 +1857,7 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
                 grow: Vec::new(),
+                after: Default::default(),
             }),
             reason: "missing".into(),
         };

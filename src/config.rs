@@ -32,6 +32,15 @@ pub const DEFAULT_BRANCH: &str = "main";
 pub const DEFAULT_POLL: &str = "60s";
 /// Default `[policy] max_prune`.
 pub const DEFAULT_MAX_PRUNE: u32 = 3;
+/// Default `[pve] read_concurrency`: GETs in flight at once while observing. pveproxy runs
+/// three worker processes (pve-manager `PVE/Service/pveproxy.pm` @ 14a22df3: `max_workers =>
+/// 3`), and each runs one API handler at a time, synchronously in its event loop
+/// (pve-http-server `src/PVE/APIServer/AnyEvent.pm` `handle_api2_request` @ 5c9e4ea calls
+/// `rest_handler` inline). Four requests per worker keep every worker busy while the others'
+/// answers cross the network, without a long queue in front of them.
+pub const DEFAULT_READ_CONCURRENCY: usize = 12;
+/// Largest `[pve] read_concurrency`.
+pub const MAX_READ_CONCURRENCY: usize = 256;
 /// Default `[policy] concurrency_per_node`.
 pub const DEFAULT_CONCURRENCY_PER_NODE: usize = 4;
 /// Default `[policy] task_timeout`.
@@ -150,6 +159,8 @@ pub struct PveConfig {
     /// `url` is `http://` (allowed by `allow_plain_http = true`): the token crosses the wire
     /// in clear. The agent warns at every start and `proxops check` reports it.
     pub plain_http: bool,
+    /// GETs in flight at once while observing (`read_concurrency`).
+    pub read_concurrency: usize,
 }
 
 impl PveConfig {
@@ -311,6 +322,7 @@ struct RawPve {
     fingerprint: Option<String>,
     insecure: Option<bool>,
     allow_plain_http: Option<bool>,
+    read_concurrency: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -619,12 +631,20 @@ impl AgentConfig {
                 &invalid,
             )?
         };
+        let read_concurrency = raw_pve.read_concurrency.unwrap_or(DEFAULT_READ_CONCURRENCY);
+        if !(1..=MAX_READ_CONCURRENCY).contains(&read_concurrency) {
+            return Err(invalid(
+                "pve.read_concurrency",
+                format!("{read_concurrency}: must be between 1 and {MAX_READ_CONCURRENCY}"),
+            ));
+        }
         let pve = PveConfig {
             url,
             token_id,
             token_secret,
             trust,
             plain_http,
+            read_concurrency,
         };
 
         let raw_secrets = raw.secrets.unwrap_or_default();
@@ -1061,6 +1081,7 @@ write_breaker_cool_down = "90s"
             config.policy.concurrency_per_node,
             DEFAULT_CONCURRENCY_PER_NODE
         );
+        assert_eq!(config.pve.read_concurrency, DEFAULT_READ_CONCURRENCY);
     }
 
     #[test]
@@ -1308,6 +1329,23 @@ write_breaker_cool_down = "90s"
     }
 
     const PVE: &str = "[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\n";
+
+    #[test]
+    fn read_concurrency_is_taken_from_the_pve_section_and_bounded() {
+        let config = load_with(&format!("{PVE}insecure = true\nread_concurrency = 3\n")).unwrap();
+        assert_eq!(config.pve.read_concurrency, 3);
+        for bad in [0, MAX_READ_CONCURRENCY + 1] {
+            let err = load_with(&format!("{PVE}insecure = true\nread_concurrency = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.ends_with(&format!(
+                    "pve.read_concurrency: {bad}: must be between 1 and {MAX_READ_CONCURRENCY}"
+                )),
+                "{err}"
+            );
+        }
+    }
 
     fn load_with(body: &str) -> Result<AgentConfig, ConfigError> {
         let (_dir, path) = write_config(&format!("node = \"pve1\"\n{body}"));

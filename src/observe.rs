@@ -16,18 +16,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use proxops_core::guest::{GuestType, LiveConfig};
-use proxops_core::manifest::{ADOPT, Placement, Spec, content_type};
+use proxops_core::manifest::{ADOPT, Placement, PowerState, Spec, content_type};
 use proxops_core::observed::{Listing, ObservedGuest, ObservedState};
 use proxops_core::plan::NodeScope;
 use proxops_core::repository::DesiredState;
+use proxops_core::resource::Kind;
 use proxops_pve::{ContentType, PveClient, ResourceType, request};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::error_chain::error_text;
-
-/// Guest config reads in flight at once.
-const CONFIG_READS: usize = 16;
 
 /// The (storage → content types) to list on each node for the artifacts in scope.
 fn listings_needed(
@@ -75,8 +73,15 @@ fn listings_needed(
 
 /// Reads storages and their content listings for everything `desired` places in `scope`:
 /// one `GET /nodes/{n}/storage` per node and one content listing per (node, storage,
-/// content type), concurrently.
-pub async fn observe(pve: &PveClient, desired: &DesiredState, scope: &NodeScope) -> ObservedState {
+/// content type), concurrently; and the guests, at most `read_concurrency` config reads in
+/// flight (`[pve] read_concurrency`): a pass over `G` guests takes about
+/// `(1 + ⌈G / read_concurrency⌉)` round trips.
+pub async fn observe(
+    pve: &PveClient,
+    desired: &DesiredState,
+    scope: &NodeScope,
+    read_concurrency: usize,
+) -> ObservedState {
     let needed = listings_needed(desired, scope);
     let mut observed = ObservedState::default();
     let mut nodes = JoinSet::new();
@@ -84,7 +89,7 @@ pub async fn observe(pve: &PveClient, desired: &DesiredState, scope: &NodeScope)
         let pve = pve.clone();
         nodes.spawn(async move { observe_node(&pve, node, storages).await });
     }
-    let guests = observe_guests(pve, desired, scope);
+    let guests = observe_guests(pve, desired, scope, read_concurrency.max(1));
     let (resources, ()) = tokio::join!(guests, async {
         while let Some(joined) = nodes.join_next().await {
             // A panicked task is a bug; its node simply stays unobserved (fail closed).
@@ -92,8 +97,64 @@ pub async fn observe(pve: &PveClient, desired: &DesiredState, scope: &NodeScope)
             observed.storages.extend(node_observed.storages);
         }
     });
+    if let Ok(guests) = &resources {
+        observed.hidden_vmids = hidden_vmids(pve, desired, scope, guests).await;
+    }
     observed.resources = resources;
     observed
+}
+
+/// The declared vmids in scope that `/cluster/resources` does not list but a guest of the
+/// cluster holds. The listing shows a guest only to a token with VM.Audit on it
+/// (pve-manager @ 14a22df3 `PVE/API2/Cluster.pm` `resources`), while a create checks the
+/// whole cluster's vmlist (pve-cluster @ 7091d92e `src/PVE/Cluster.pm` `check_vmid_unused`:
+/// `CT/VM N already exists on node 'x'`), so a token that lost (or never had) VM.Audit on a
+/// guest would plan its create on every pass and be refused every time. `GET
+/// /cluster/nextid?vmid=N` asks the same vmlist for any user (`nextid`: `VM N already
+/// exists`), one request per declared guest the listing lacks: normally only the guests a
+/// pass is about to create.
+async fn hidden_vmids(
+    pve: &PveClient,
+    desired: &DesiredState,
+    scope: &NodeScope,
+    listed: &BTreeMap<u32, ObservedGuest>,
+) -> BTreeSet<u32> {
+    let mut probes = JoinSet::new();
+    for resource in desired.manifest.resources() {
+        let Placement::Guest { node, vmid, .. } = &resource.placement else {
+            continue;
+        };
+        if !scope.includes(node) || listed.contains_key(vmid) {
+            continue;
+        }
+        let (pve, vmid) = (pve.clone(), *vmid);
+        probes.spawn(async move { (vmid, pve.execute(&request::cluster_nextid(vmid)).await) });
+    }
+    let mut hidden = BTreeSet::new();
+    while let Some(joined) = probes.join_next().await {
+        let Ok((vmid, answer)) = joined else { continue };
+        match answer {
+            Ok(_) => {}
+            Err(error)
+                if error.status() == Some(400)
+                    && error
+                        .errors()
+                        .and_then(|e| e.get("vmid"))
+                        .is_some_and(|m| m.contains("already exists")) =>
+            {
+                tracing::warn!(
+                    vmid,
+                    "vmid is taken in the cluster but /cluster/resources does not list it to this token"
+                );
+                hidden.insert(vmid);
+            }
+            // Unknown: the create is planned as before and PVE's answer decides.
+            Err(error) => {
+                tracing::debug!(vmid, reason = %error_text(&error), "GET /cluster/nextid failed");
+            }
+        }
+    }
+    hidden
 }
 
 /// The guests of the cluster, with the configs (and pending changes) the planner needs.
@@ -101,6 +162,7 @@ async fn observe_guests(
     pve: &PveClient,
     desired: &DesiredState,
     scope: &NodeScope,
+    read_concurrency: usize,
 ) -> Result<BTreeMap<u32, ObservedGuest>, String> {
     let listed = match pve.cluster_resources(Some(ResourceType::Vm)).await {
         Ok(listed) => listed,
@@ -133,11 +195,14 @@ async fn observe_guests(
         guest.template = entry.template.unwrap_or(false);
         guest.lock = entry.lock.filter(|l| !l.is_empty());
         guest.name = entry.name;
+        // Shown only with Pool.Audit on the pool (pve-manager @ 14a22df3
+        // `PVE/API2/Cluster.pm` `resources`).
+        guest.pool = entry.pool.filter(|p| !p.is_empty());
         guests.insert(vmid, guest);
     }
 
     let reads = reads_needed(desired, scope, &guests);
-    let limit = Arc::new(Semaphore::new(CONFIG_READS));
+    let limit = Arc::new(Semaphore::new(read_concurrency));
     let mut tasks = JoinSet::new();
     for vmid in reads {
         let Some(guest) = guests.get(&vmid) else {
@@ -167,7 +232,102 @@ async fn observe_guests(
             guest.config = Some(config);
         }
     }
+    recheck_power(pve, desired, scope, &mut guests).await;
     Ok(guests)
+}
+
+/// The declared power state of each guest in scope that is not a template.
+fn declared_power(desired: &DesiredState, scope: &NodeScope) -> BTreeMap<u32, PowerState> {
+    let mut declared = BTreeMap::new();
+    for resource in desired.manifest.resources() {
+        if matches!(resource.id.kind, Kind::TemplateVm | Kind::TemplateCt) {
+            continue;
+        }
+        let (node, vmid, state) = match &resource.spec {
+            Some(Spec::Vm(spec)) => (spec.node.as_str(), spec.vmid.get(), spec.state),
+            Some(Spec::Lxc(spec)) => (spec.node.as_str(), spec.vmid.get(), spec.state),
+            _ => continue,
+        };
+        if scope.includes(node) {
+            declared.insert(vmid, state);
+        }
+    }
+    declared
+}
+
+/// The guests whose listed power state the plan would act on: read, not templates, and
+/// listed in a state other than the declared one (`unknown` included).
+fn power_rechecks(
+    declared: &BTreeMap<u32, PowerState>,
+    guests: &BTreeMap<u32, ObservedGuest>,
+) -> Vec<(u32, String, GuestType)> {
+    guests
+        .values()
+        .filter(|g| matches!(g.config, Some(Ok(_))) && !g.template)
+        .filter_map(|g| {
+            let wanted = match declared.get(&g.vmid)? {
+                PowerState::Started => "running",
+                PowerState::Stopped => "stopped",
+            };
+            (g.status != wanted).then(|| (g.vmid, g.node.clone(), g.guest_type))
+        })
+        .collect()
+}
+
+/// Reads the power state of the guests the plan would start or stop from
+/// `GET .../status/current`, which does not lag: `/cluster/resources` reports `status` from
+/// pvestatd's last run (every 10 s, pve-manager @ 14a22df3 `PVE/API2Tools.pm`
+/// `extract_vm_stats`), while `status/current` asks the node at once, from the live process
+/// (qemu-server @ e6352be6 `src/PVE/API2/Qemu.pm` `vm_status` → `src/PVE/QemuServer.pm`
+/// `vmstatus`: `$list->{$vmid}->{pid} ? 'running' : 'stopped'` over `vzlist`/
+/// `check_running`; pve-container @ 94f55852 `src/PVE/API2/LXC/Status.pm` `vm_status` →
+/// `src/PVE/LXC.pm` `vmstatus`: `list_active_containers`). So a pass right after a start or a
+/// shutdown plans no second one. Only guests whose listed state differs from the declared
+/// one are read (one GET each); a failed read leaves the listed state (the plan then acts
+/// on it, as before).
+async fn recheck_power(
+    pve: &PveClient,
+    desired: &DesiredState,
+    scope: &NodeScope,
+    guests: &mut BTreeMap<u32, ObservedGuest>,
+) {
+    let declared = declared_power(desired, scope);
+    let mut reads = JoinSet::new();
+    for (vmid, node, guest_type) in power_rechecks(&declared, guests) {
+        let pve = pve.clone();
+        reads.spawn(async move {
+            let req = match guest_type {
+                GuestType::Qemu => request::qemu_status_current(&node, vmid),
+                GuestType::Lxc => request::lxc_status_current(&node, vmid),
+            };
+            (vmid, pve.execute(&req).await)
+        });
+    }
+    while let Some(joined) = reads.join_next().await {
+        let Ok((vmid, answer)) = joined else { continue };
+        let Some(guest) = guests.get_mut(&vmid) else {
+            continue;
+        };
+        match answer {
+            Ok(body) => match body.get("status").and_then(|s| s.as_str()) {
+                Some(status @ ("running" | "stopped")) => {
+                    if guest.status != status {
+                        tracing::debug!(
+                            vmid,
+                            listed = %guest.status,
+                            current = status,
+                            "power state from status/current, the listing lags"
+                        );
+                    }
+                    status.clone_into(&mut guest.status);
+                }
+                _ => tracing::debug!(vmid, "status/current without a known status"),
+            },
+            Err(error) => {
+                tracing::warn!(vmid, reason = %error_text(&error), "reading status/current failed");
+            }
+        }
+    }
 }
 
 /// What `/cluster/resources` may not show yet, taken from the config just read: PVE
@@ -272,6 +432,15 @@ async fn observe_node(
             // Not configured on this node: leave it unobserved; the planner says so.
             continue;
         };
+        // PVE lists every storage of storage.cfg on every node, those disabled or not
+        // available on this node with `enabled 0` (pve-storage @ 0c56bad8 `src/PVE/Storage.pm`
+        // `storage_info`: `storage_check_enabled($cfg, $storeid, undef, 1)`); listing its
+        // content would fail (`storage 'x' is not available on node 'n'`). Not usable here
+        // is the same as not configured here: unobserved, and the planner says so.
+        if info.enabled == Some(false) {
+            tracing::debug!(%node, %storage, "storage listed with enabled 0: not usable on this node");
+            continue;
+        }
         let content_list: Vec<String> = info
             .content
             .split(',')

@@ -48,6 +48,8 @@ pub struct Context {
     pub secrets: SecretsConfig,
     /// `[policy] mode`: in report mode no pass writes, whoever asks.
     pub mode: Mode,
+    /// `[pve] read_concurrency`: GETs in flight at once while observing.
+    pub read_concurrency: usize,
     /// `[snippets]`: the default storage of cloud-init snippets and their grace period.
     pub snippets: SnippetsConfig,
 }
@@ -74,6 +76,7 @@ impl Context {
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,
+            read_concurrency: config.pve.read_concurrency,
             snippets: config.snippets.clone(),
         }
     }
@@ -284,7 +287,7 @@ pub async fn observe_and_plan_with(
     desired: &DesiredState,
     options: &PlanOptions,
 ) -> Plan {
-    let observed = observe::observe(&ctx.pve, desired, &ctx.scope).await;
+    let observed = observe::observe(&ctx.pve, desired, &ctx.scope, ctx.read_concurrency).await;
     let inventory = Inventory::from_tags(&observed).with_created(options.created.iter().cloned());
     let policy = Policy {
         scope: ctx.scope.clone(),

@@ -300,6 +300,7 @@ mod tests {
             guest_type: GuestType::Qemu,
             status: status.to_owned(),
             config: LiveConfig::from_pairs(GuestType::Qemu, pairs.iter().copied()),
+            pool: None,
         }
     }
 
@@ -310,6 +311,7 @@ mod tests {
             guest_type: GuestType::Lxc,
             status: "running".to_owned(),
             config: LiveConfig::from_pairs(GuestType::Lxc, pairs.iter().copied()),
+            pool: None,
         }
     }
 
@@ -577,6 +579,60 @@ mod tests {
             diff.findings.is_empty() && diff.delete.is_empty(),
             "{diff:#?}"
         );
+    }
+
+    #[test]
+    fn an_adopted_guest_in_a_pool_declares_that_pool_and_one_in_none_declares_none() {
+        let mut pooled = qemu(
+            "pve1",
+            100,
+            "running",
+            &[
+                ("name", "web"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-100-disk-0,size=8G"),
+            ],
+        );
+        pooled.pool = Some("prod".to_owned());
+        let plain = qemu(
+            "pve1",
+            101,
+            "running",
+            &[
+                ("name", "db"),
+                ("memory", "1024"),
+                ("cores", "1"),
+                ("cpu", "host"),
+                ("scsi0", "local-lvm:vm-101-disk-0,size=8G"),
+            ],
+        );
+        let snapshot = Snapshot {
+            nodes: vec!["pve1".to_owned()],
+            guests: vec![pooled, plain],
+            files: Vec::new(),
+            skipped: Vec::new(),
+        };
+        let adoption = build(
+            &snapshot,
+            "lab",
+            &SshKeyRefs::default(),
+            &Existing::default(),
+        );
+        let state = load_adopted(&adoption);
+        let pool_of = |name: &str| {
+            let resource = state
+                .manifest
+                .get(&proxops_core::resource::ResourceId::new(Kind::Vm, name))
+                .unwrap_or_else(|| panic!("{name} adopted: {:?}", adoption.files.keys()));
+            match &resource.spec {
+                Some(proxops_core::manifest::Spec::Vm(spec)) => spec.pool.clone(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(pool_of("web").as_deref(), Some("prod"));
+        assert_eq!(pool_of("db"), None);
     }
 
     #[test]

@@ -84,6 +84,7 @@ pub(crate) fn spec(
     }
     m.mark("tags");
     spec.set_list("tags", tags(m.config));
+    spec.set_opt("pool", guest.pool.clone());
     spec
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use proxops_core::guest::{GuestType, LiveConfig, LiveError};
 use proxops_core::plan::NodeScope;
-use proxops_pve::{ContentType, PveClient, PveError, request};
+use proxops_pve::{ContentType, PveClient, PveError, ResourceType, request};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -44,6 +44,9 @@ pub(crate) struct Guest {
     pub(crate) status: String,
     /// Its config (pending values merged, as PVE answers by default).
     pub(crate) config: LiveConfig,
+    /// The resource pool `/cluster/resources` reports it in (PVE keeps membership in
+    /// `user.cfg`, not in the config).
+    pub(crate) pool: Option<String>,
 }
 
 /// One file of content `iso`, `vztmpl` or `import` on one node's storage.
@@ -146,9 +149,33 @@ pub(crate) async fn read(pve: &PveClient, scope: &NodeScope) -> Result<Snapshot,
         snapshot.skipped.extend(skipped);
     }
     snapshot.guests = read_configs(pve, listed).await?;
+    let pools = read_pools(pve).await?;
+    for guest in &mut snapshot.guests {
+        guest.pool = pools.get(&guest.vmid).cloned();
+    }
     snapshot.files.sort();
     snapshot.nodes = nodes;
     Ok(snapshot)
+}
+
+/// Each guest's pool, from `GET /cluster/resources?type=vm` (the per-node guest lists do not
+/// carry it; pve-manager @ 14a22df3 `PVE/API2/Cluster.pm` `resources` sets `pool` from
+/// `user.cfg` when the caller has Pool.Audit on it).
+async fn read_pools(pve: &PveClient) -> Result<BTreeMap<u32, String>, ReadError> {
+    let listed = pve
+        .cluster_resources(Some(ResourceType::Vm))
+        .await
+        .map_err(|source| ReadError::Request {
+            what: "GET /cluster/resources".to_owned(),
+            source,
+        })?;
+    Ok(listed
+        .into_iter()
+        .filter_map(|entry| {
+            let vmid = u32::try_from(entry.vmid?).ok()?;
+            Some((vmid, entry.pool.filter(|p| !p.is_empty())?))
+        })
+        .collect())
 }
 
 /// The vmids and statuses `GET /nodes/{node}/qemu|lxc` lists.
@@ -210,6 +237,7 @@ async fn read_configs(
                     guest_type,
                     status,
                     config,
+                    pool: None,
                 }),
             )
         });

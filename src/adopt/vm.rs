@@ -90,6 +90,7 @@ pub(crate) fn spec(
     }
     m.mark("tags");
     spec.set_list("tags", tags(m.config));
+    spec.set_opt("pool", guest.pool.clone());
     // `ostype` drives PVE's defaults and drivers (`l26`, `win11`); the manifest has no field
     // for it, so it goes to `extra`, which is sent on create and compared.
     if let Some(ostype) = m.take("ostype") {

@@ -26,9 +26,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proxops_core::guest::{GuestType, LiveConfig, allocates_volume, percent_decode, sealed_value};
-use proxops_core::plan::{Action, CloneFrom, Create, Grow, GuestRef, Update, Verb, clone_update};
+use proxops_core::plan::{
+    Action, CloneFrom, Create, Grow, GuestRef, PoolMove, Update, Verb, clone_update,
+};
 use proxops_core::repository::DesiredState;
-use proxops_pve::request::{self, CloneOptions, ConfigUpdate, DeleteOptions, Params, TaskFilter};
+use proxops_pve::request::{
+    self, CloneOptions, ConfigUpdate, DeleteOptions, Params, PoolUpdate, TaskFilter,
+};
 use proxops_pve::{PveClient, PveError, Request, TaskError, Upid, wait_for_task};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -78,6 +82,7 @@ impl GuestRun<'_> {
             Verb::Create(create) => self.create(create).await,
             Verb::Clone(clone) => self.clone_from(clone).await,
             Verb::Update(update) => self.update(update).await,
+            Verb::Pool(pool) => self.pool_move(pool).await,
             Verb::Start(g) => self.power(*g, Power::Start).await,
             Verb::Shutdown(g) => self.power(*g, Power::Shutdown).await,
             Verb::Reboot(g) => self.power(*g, Power::Reboot).await,
@@ -194,6 +199,29 @@ impl GuestRun<'_> {
                 .config_written(*guest_type, *vmid, *digest)
                 .await
                 .map_err(unknown),
+            Lost::Pool { pool, vmid } => self.pool_member(pool, *vmid).await.map_err(unknown),
+        }
+    }
+
+    /// Whether a pool move whose answer was lost went through: `GET /pools?poolid=<pool>`
+    /// lists the guest among the members.
+    async fn pool_member(&self, pool: &str, vmid: u32) -> Result<Value, String> {
+        let body = self
+            .pve
+            .execute(&request::pools(Some(pool)))
+            .await
+            .map_err(|e| format!("reading pool {pool} failed too ({})", error_text(&e)))?;
+        let member = body
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("members").and_then(Value::as_array))
+            .flatten()
+            .any(|m| m.get("vmid").and_then(Value::as_u64) == Some(u64::from(vmid)));
+        if member {
+            Ok(Value::Null)
+        } else {
+            Err(format!("pool {pool} does not list guest {vmid}"))
         }
     }
 
@@ -354,14 +382,40 @@ impl GuestRun<'_> {
                     .await
                 {
                     Some(upid) => Value::String(upid.to_string()),
-                    None => return Err(scrub.apply(error)),
+                    None => return Err(scrub.apply(taken_but_hidden(error, create.vmid))),
                 }
             }
         };
         let done = self.wait(&answer).await.map_err(|e| scrub.apply(e))?;
         self.grow(create.vmid, create.guest_type, &create.grow)
             .await?;
+        if !create.after.is_empty() {
+            self.write_after_create(create).await?;
+        }
         Ok(done)
+    }
+
+    /// The keys a create into a pool leaves for later (its `tags`), written now that PVE
+    /// has put the guest in the pool, against the new config's digest.
+    async fn write_after_create(&self, create: &Create) -> Step<Done> {
+        let config = self
+            .guest_config(create.guest_type, create.vmid)
+            .await
+            .map_err(|e| refused(&e))?;
+        let update = Update {
+            vmid: create.vmid,
+            guest_type: create.guest_type,
+            set: create.after.clone(),
+            delete: std::collections::BTreeSet::new(),
+            digest: config
+                .get("digest")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            grow: Vec::new(),
+            changes: Vec::new(),
+            regenerate_cloudinit: false,
+        };
+        self.update(&update).await
     }
 
     /// The task our own earlier attempt started, when a resent create is refused because the
@@ -416,6 +470,7 @@ impl GuestRun<'_> {
             newid: clone.vmid,
             name: Some(clone.name.clone()).filter(|n| !n.is_empty()),
             full: Some(true),
+            pool: clone.pool.clone(),
             ..CloneOptions::default()
         };
         let req = request::qemu_clone(self.node(), clone.source_vmid, &opts);
@@ -543,18 +598,66 @@ impl GuestRun<'_> {
         u32::try_from(half.as_secs()).unwrap_or(u32::MAX).max(1)
     }
 
+    /// `PUT /pools` with `allow-move`: PVE takes the guest out of the pool it is in and adds
+    /// it to `pool` (pve-manager @ 14a22df3 `PVE/API2/Pool.pm` `update_pool`: `Pool.Allocate`
+    /// on `/pool/<pool>`, `VM.Allocate` or `Permissions.Modify` on `/vms/<vmid>`
+    /// (`check_perm_modify`), and `Pool.Allocate` on the pool it leaves). Synchronous: PVE
+    /// answers `null`.
+    async fn pool_move(&self, pool: &PoolMove) -> Step<Done> {
+        let update = PoolUpdate {
+            poolid: pool.pool.clone(),
+            vms: vec![pool.vmid],
+            allow_move: true,
+            ..PoolUpdate::default()
+        };
+        let lost = Lost::Pool {
+            pool: &pool.pool,
+            vmid: pool.vmid,
+        };
+        self.send(&request::pool_update(&update), &lost).await?;
+        Ok((None, "OK".to_owned()))
+    }
+
+    /// Marks a guest as a template. An LXC `template` POST answers `null` although PVE runs
+    /// a `vztemplate` worker, which writes `template: 1` only at its end and sets no config
+    /// lock meanwhile (pve-container @ 94f55852 `src/PVE/API2/LXC.pm` `template`:
+    /// `fork_worker('vztemplate', ...)`, `return undef`); the worker is in PVE's active task
+    /// list before the answer (pve-common @ f665029e `src/PVE/RESTEnvironment.pm`
+    /// `fork_worker`: `active_workers($upid)` before it returns). So after a `null` the
+    /// executor looks that task up and waits for it: the action ends when the container is a
+    /// template, and no later pass can find it half-converted and send the POST again
+    /// (PVE: `you can't convert a template to a template`, or a lock timeout).
     async fn promote(&self, g: GuestRef) -> Step<Done> {
         let req = match g.guest_type {
             GuestType::Qemu => request::qemu_template(self.node(), g.vmid),
-            // Answers `null` although PVE runs a worker.
             GuestType::Lxc => request::lxc_template(self.node(), g.vmid),
         };
         let task_type = match g.guest_type {
             GuestType::Qemu => "qmtemplate",
             GuestType::Lxc => "vztemplate",
         };
-        self.send_and_wait(&req, &Self::task_of(task_type, g.vmid))
-            .await
+        let started = epoch_now();
+        let answer = self.send(&req, &Self::task_of(task_type, g.vmid)).await?;
+        if answer.is_null() && g.guest_type == GuestType::Lxc {
+            match self
+                .our_task(task_type, &g.vmid.to_string(), Some(g.vmid), started)
+                .await
+            {
+                Ok(Some(upid)) => return self.wait(&Value::String(upid.to_string())).await,
+                Ok(None) => tracing::warn!(
+                    node = %self.action.node,
+                    resource = %self.action.resource,
+                    "the template POST answered null but PVE lists no vztemplate task by this token"
+                ),
+                Err(error) => tracing::warn!(
+                    node = %self.action.node,
+                    resource = %self.action.resource,
+                    error = %error_text(&error),
+                    "listing PVE's tasks after the template POST failed"
+                ),
+            }
+        }
+        self.wait(&answer).await
     }
 
     async fn delete(&self, g: GuestRef) -> Step<Done> {
@@ -572,6 +675,25 @@ impl GuestRun<'_> {
         };
         self.send_and_wait(&req, &Self::task_of(task_type, g.vmid))
             .await
+    }
+}
+
+/// A create refused `already exists` with no task of ours behind it: the plan saw no guest
+/// with the vmid, so one exists that `/cluster/resources` hides from this token (no VM.Audit
+/// on it; SOURCE-AUDIT.md M25). The error says so, and what to grant; the next pass's
+/// observe finds the vmid taken (`GET /cluster/nextid`) and plans no create.
+fn taken_but_hidden(error: StepError, vmid: u32) -> StepError {
+    match error {
+        StepError::Failed { class, upid, error } if error.contains("already exists") => {
+            StepError::Failed {
+                class,
+                upid,
+                error: format!(
+                    "{error} (vmid {vmid} is taken by a guest this token cannot see: grant VM.Audit on /vms/{vmid}, or declare a free vmid)"
+                ),
+            }
+        }
+        other => other,
     }
 }
 
@@ -627,6 +749,8 @@ enum Lost<'a> {
         vmid: u32,
         digest: Option<&'a str>,
     },
+    /// A pool move: the guest is then a member of `pool`.
+    Pool { pool: &'a str, vmid: u32 },
 }
 
 /// The longest clean shutdown ProxOps waits for before PVE stops the guest hard.

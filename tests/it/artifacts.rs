@@ -348,3 +348,46 @@ async fn apply_in_report_mode_sends_no_write_and_names_the_setting_that_stops_it
     );
     assert!(world.writes().is_empty(), "report mode never writes");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_iso_on_a_storage_not_available_on_its_node_is_a_finding_not_a_failed_listing() {
+    // PVE lists `nfs-iso` on pve1 with `enabled 0` (storage.cfg restricts it to pve2).
+    let mut seed = proxops_pve_sim::Seed::default();
+    seed.storages.push(proxops_pve_sim::StorageSeed {
+        storage: "nfs-iso".into(),
+        kind: "nfs".into(),
+        content: vec!["iso".into()],
+        nodes: Some(vec!["pve2".into()]),
+        shared: true,
+        path: None,
+        total: 1 << 40,
+        enabled: true,
+    });
+    let config = proxops_pve_sim::SimConfig {
+        seed,
+        task_duration: std::time::Duration::from_millis(50),
+        ..proxops_pve_sim::SimConfig::default()
+    };
+    let world = World::start_config(&[("netinst.iso", ISO)], config).await;
+    let url = format!("{}/netinst.iso", world.files_url);
+    let manifest = artifact("ISO", "netinst", &["pve1"], "netinst.iso", &url, None)
+        .replace("storage: local", "storage: nfs-iso");
+    world.write("iso/netinst.yaml", Some(&manifest));
+
+    let plan = world.proxops(&["plan"]).await;
+    let out = stdout(&plan);
+    assert!(
+        out.contains("storage nfs-iso was not reported on node pve1"),
+        "{out}\n{}",
+        stderr(&plan)
+    );
+    assert!(!out.contains("listing iso content"), "{out}");
+    assert!(
+        !world
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("/storage/nfs-iso/content")),
+        "no content listing of a storage PVE reports unusable on the node"
+    );
+    assert!(world.writes().is_empty());
+}

@@ -996,6 +996,9 @@ async fn a_plan_reads_each_managed_guest_once_from_its_pending_list() {
         world.write(&format!("vm/{name}.yaml"), Some(&small_vm(name, vmid, "")));
     }
     assert_ok(&world.proxops(&["apply", "--yes"]).await);
+    // pvestatd's tick: `/cluster/resources` reports the guests' state, so no power state is
+    // read from `status/current` (that read is only for a listing that disagrees).
+    world.sim.control().refresh_stats();
 
     world.sim.control().clear_requests();
     let plan = world.proxops(&["plan"]).await;

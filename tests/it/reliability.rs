@@ -167,16 +167,14 @@ struct Suite {
 }
 
 impl Suite {
-    async fn start(seed: u64) -> Suite {
-        // No pvestatd lag here: with it, a pass right after a re-attached start or shutdown
-        // still sees the old power state in `/cluster/resources` and sends the (harmless) power
-        // action again, which these suites count as a re-issue. That is GAPS #50's open point
-        // (power state has no second source yet), not what the crash and fault suites test.
+    /// A suite whose simulator publishes guest stats every `stats_interval` (pvestatd's
+    /// lag; zero: none).
+    async fn start(seed: u64, stats_interval: Duration) -> Suite {
         let world = World::start_config(
             &FILES,
             proxops_pve_sim::SimConfig {
                 task_duration: Duration::from_millis(200),
-                stats_interval: Duration::ZERO,
+                stats_interval,
                 ..proxops_pve_sim::SimConfig::default()
             },
         )
@@ -534,7 +532,9 @@ fn inject_faults(world: &World, fleet: &[Guest], rng: &mut StdRng, seed: u64) ->
 
 async fn fault_suite(scale: Scale) {
     let started = Instant::now();
-    let mut suite = Suite::start(scale.seed).await;
+    // pvestatd's realistic 10 s lag: a pass right after a start or shutdown reads the power
+    // state from `status/current`, which does not lag, so it re-issues nothing (GAPS #50).
+    let mut suite = Suite::start(scale.seed, proxops_pve_sim::DEFAULT_STATS_INTERVAL).await;
     let fleet = fleet::guests(scale.guests);
     let files = fleet::revision(&suite.world.files_url, &fleet, 0);
     let commit = suite.commit(&files, &BTreeMap::new());
@@ -640,7 +640,11 @@ struct CrashRun {
 
 async fn crash_suite(scale: Scale) {
     let started = Instant::now();
-    let mut suite = Suite::start(scale.seed).await;
+    // No pvestatd lag yet: with the 10 s lag this suite passed once and failed once (a VM whose
+    // create was killed mid-pass ended with its create recorded failed, no UPID, and missing
+    // from the inventory); the cause is not established (issue 15 report), so the crash
+    // suite keeps the lag off until it is.
+    let mut suite = Suite::start(scale.seed, Duration::ZERO).await;
     let base = fleet::guests(scale.guests);
     let extras_per_run = (scale.guests / 8).max(4);
     let mut declared = vmids(&base);

@@ -7,6 +7,9 @@
 //! files hold one document; CTTemplates and the first VMs share files several to a file. Run with
 //! `cargo bench -p proxops-core --bench validate_10k`; it prints the minimum and median of
 //! several runs of [`proxops_core::load`].
+//!
+//! With `PROXOPS_BENCH_WRITE_REPO=<dir>` it writes the repository under `<dir>` instead and
+//! exits: `benches/validate_process.sh` times the whole `proxops validate <dir>` process.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -210,6 +213,26 @@ fn time<T>(mut work: impl FnMut() -> T) -> String {
 #[allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 fn main() -> ExitCode {
     let files = repository();
+    if let Some(dir) = std::env::var_os("PROXOPS_BENCH_WRITE_REPO") {
+        let dir = std::path::PathBuf::from(dir);
+        for (path, contents) in &files {
+            let file = dir.join(path);
+            let written = file
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&file, contents));
+            if let Err(error) = written {
+                println!("writing {}: {error}", file.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        println!(
+            "validate_10k: wrote {} files under {}",
+            files.len(),
+            dir.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     let bytes: usize = files.values().map(String::len).sum();
     println!(
         "validate_10k: {} files, {:.1} MiB of YAML",

@@ -24,6 +24,10 @@ pub struct ObservedState {
     /// Every guest of `GET /cluster/resources?type=vm`, by vmid; `Err` with the reason when
     /// the listing failed (then nothing is written this pass).
     pub resources: Result<BTreeMap<u32, ObservedGuest>, String>,
+    /// Declared vmids `/cluster/resources` did not list although a guest of the cluster has
+    /// them (`GET /cluster/nextid?vmid=` answered `already exists`): the token lacks
+    /// VM.Audit on them, and a create would be refused.
+    pub hidden_vmids: BTreeSet<u32>,
 }
 
 impl Default for ObservedState {
@@ -32,6 +36,7 @@ impl Default for ObservedState {
         Self {
             storages: BTreeMap::new(),
             resources: Ok(BTreeMap::new()),
+            hidden_vmids: BTreeSet::new(),
         }
     }
 }
@@ -55,6 +60,9 @@ pub struct ObservedGuest {
     pub lock: Option<String>,
     /// Its name, when PVE reported one.
     pub name: Option<String>,
+    /// The resource pool `/cluster/resources` reports it in (absent when it is in none, or
+    /// the caller lacks `Pool.Audit` on the pool).
+    pub pool: Option<String>,
     /// `GET .../config` (pending values merged): `None` when not read, `Err` when it failed.
     pub config: Option<Result<LiveConfig, String>>,
     /// The keys with a pending change or delete (`GET .../pending`): `None` when not read.
@@ -73,6 +81,7 @@ impl ObservedGuest {
             tags: BTreeSet::new(),
             lock: None,
             name: None,
+            pool: None,
             config: None,
             pending: None,
         }

@@ -284,6 +284,15 @@ impl Scope {
             Verb::Create(c) => c.vmid,
             Verb::Clone(c) => c.vmid,
             Verb::Update(u) => u.vmid,
+            Verb::Pool(p) => {
+                if !listed(self.pools.as_ref(), &p.pool) {
+                    return Some(format!(
+                        "refused: pool {} is outside [scope] pools in the agent config",
+                        p.pool
+                    ));
+                }
+                p.vmid
+            }
             Verb::Shutdown(g)
             | Verb::Promote(g)
             | Verb::Start(g)
@@ -1169,6 +1178,7 @@ spec:
                 guest_type: GuestType::Qemu,
                 params: BTreeMap::new(),
                 grow: Vec::new(),
+                after: BTreeMap::new(),
             }),
             reason: "declared".to_owned(),
         }
@@ -1182,6 +1192,30 @@ spec:
             }),
             ..create(name, vmid)
         }
+    }
+
+    #[test]
+    fn a_pool_move_into_a_pool_outside_the_scope_is_refused_by_the_executor() {
+        let move_to = |pool: &str| Action {
+            resource: ResourceId::new(crate::resource::Kind::Vm, "web"),
+            node: "pve1".to_owned(),
+            verb: Verb::Pool(crate::plan::PoolMove {
+                vmid: 101,
+                guest_type: GuestType::Qemu,
+                pool: pool.to_owned(),
+                from: None,
+            }),
+            reason: "drift".to_owned(),
+        };
+        let scope = Scope {
+            pools: Some(vec!["prod".to_owned()]),
+            ..Scope::default()
+        };
+        assert_eq!(scope.refusal(&move_to("prod")), None);
+        assert_eq!(
+            scope.refusal(&move_to("lab")).as_deref(),
+            Some("refused: pool lab is outside [scope] pools in the agent config")
+        );
     }
 
     #[test]

@@ -212,6 +212,9 @@ pub(crate) struct Acl {
     privsep: BTreeMap<String, bool>,
     /// Who may set which guest tags.
     pub(crate) tags: TagAccess,
+    /// pool -> its guests (`user.cfg` `pool:` lines), which inherit the pool's roles; kept in
+    /// step with the cluster's pools by [`Acl::set_pool_members`].
+    pool_members: BTreeMap<String, BTreeSet<u32>>,
 }
 
 impl Acl {
@@ -251,7 +254,49 @@ impl Acl {
             entries,
             privsep,
             tags: TagAccess::from_seed(seed),
+            pool_members: BTreeMap::new(),
         }
+    }
+
+    /// The guests of each pool, as `user.cfg` holds them (what `compile_acl_path` reads).
+    pub(crate) fn set_pool_members(&mut self, members: BTreeMap<String, BTreeSet<u32>>) {
+        if self.pool_members != members {
+            self.pool_members = members;
+        }
+    }
+
+    /// pve-access-control @ 5ccd07d `src/PVE/RPCEnvironment.pm` `compile_acl_path`: a guest
+    /// in a pool gets the roles held on `/pool/<pool>` as roles on `/vms/<vmid>`, never
+    /// propagating, and only those its own path does not already set; `NoAccess` on the path
+    /// keeps everything out, `NoAccess` on the pool replaces what the path grants.
+    fn with_pool_roles(
+        &self,
+        authid: &str,
+        path: &str,
+        mut roles: BTreeMap<String, bool>,
+    ) -> BTreeMap<String, bool> {
+        let Some(vmid) = path
+            .strip_prefix("/vms/")
+            .and_then(|v| v.parse::<u32>().ok())
+        else {
+            return roles;
+        };
+        let mut from_pools: BTreeSet<String> = BTreeSet::new();
+        for (pool, members) in &self.pool_members {
+            if members.contains(&vmid) {
+                from_pools.extend(self.roles(authid, &format!("/pool/{pool}")).into_keys());
+            }
+        }
+        if from_pools.is_empty() || roles.contains_key("NoAccess") {
+            return roles;
+        }
+        if from_pools.contains("NoAccess") {
+            return BTreeMap::from([("NoAccess".to_string(), false)]);
+        }
+        for role in from_pools {
+            roles.entry(role).or_insert(false);
+        }
+        roles
     }
 
     /// Whether an ACL entry sits exactly on `path` (`find_acl_tree_node`), and the paths of
@@ -318,7 +363,8 @@ impl Acl {
     /// propagating when any role granting it propagates.
     fn permission(&self, authid: &str, path: &str) -> Privs {
         let mut privs = Privs::new();
-        for (role, propagate) in self.roles(authid, path) {
+        let roles = self.with_pool_roles(authid, path, self.roles(authid, path));
+        for (role, propagate) in roles {
             for p in self.roles.get(&role).into_iter().flatten() {
                 let flag = privs.entry(p.clone()).or_insert(false);
                 *flag |= propagate;
@@ -351,7 +397,8 @@ impl Acl {
     }
 
     /// `get_effective_permissions`: every top-level path, every path of the ACL tree and
-    /// every pool, with the privileges held there; paths holding none are left out.
+    /// every pool, and the guest of every pool (`paths referenced by pool definitions`), with
+    /// the privileges held there; paths holding none are left out.
     pub(crate) fn effective(
         &self,
         authid: &str,
@@ -363,6 +410,12 @@ impl Acl {
             paths.extend(path_levels(&e.path));
         }
         paths.extend(pools.map(|p| format!("/pool/{p}")));
+        paths.extend(
+            self.pool_members
+                .values()
+                .flatten()
+                .map(|vmid| format!("/vms/{vmid}")),
+        );
         paths
             .into_iter()
             .map(|p| {
@@ -572,5 +625,58 @@ mod tests {
         assert!(roles["PVEAuditor"].contains("Sys.Audit"));
         assert!(!roles["PVEAdmin"].contains("Sys.Modify"));
         assert!(roles["Administrator"].contains("Permissions.Modify"));
+    }
+
+    /// `ops@pve` with PVEVMUser on `/pool/lab` only, and NoAccess on `/vms/102`.
+    fn pooled() -> Acl {
+        let mut seed = Seed::default();
+        seed.users.push(UserSeed {
+            userid: "ops@pve".into(),
+            password: None,
+            tokens: Vec::new(),
+        });
+        seed.acl = vec![
+            acl("/pool/lab", "PVEVMUser", "user", "ops@pve", true),
+            acl("/vms/102", "NoAccess", "user", "ops@pve", false),
+        ];
+        seed.check().unwrap();
+        let mut a = Acl::from_seed(&seed);
+        a.set_pool_members(BTreeMap::from([(
+            "lab".to_string(),
+            BTreeSet::from([100, 102]),
+        )]));
+        a
+    }
+
+    #[test]
+    fn a_guest_in_a_pool_holds_the_pools_roles_without_propagation() {
+        let a = pooled();
+        let p = a.permissions("ops@pve", "/vms/100");
+        assert!(p.contains_key("VM.PowerMgmt"), "{p:?}");
+        assert!(p.values().all(|propagate| !propagate), "{p:?}");
+        // A guest outside the pool gets nothing from it.
+        assert!(a.permissions("ops@pve", "/vms/101").is_empty());
+        assert_eq!(
+            a.check("ops@pve", "/vms/101", &["VM.PowerMgmt"], false)
+                .unwrap_err()
+                .text(),
+            "Permission check failed (/vms/101, VM.PowerMgmt)"
+        );
+    }
+
+    #[test]
+    fn no_access_on_the_guest_keeps_the_pools_roles_out() {
+        let a = pooled();
+        assert!(a.permissions("ops@pve", "/vms/102").is_empty());
+    }
+
+    #[test]
+    fn effective_permissions_list_the_guests_of_every_pool() {
+        let a = pooled();
+        let eff = a.effective("ops@pve", std::iter::once("lab".to_string()));
+        assert!(eff.contains_key("/vms/100"), "{eff:?}");
+        assert!(eff.contains_key("/pool/lab"), "{eff:?}");
+        // Listed as a pool member, but NoAccess leaves it nothing: left out.
+        assert!(!eff.contains_key("/vms/102"), "{eff:?}");
     }
 }

@@ -506,6 +506,16 @@ impl Cluster {
             .unwrap_or(100)
     }
 
+    /// Hands the pools' guests to the ACL, which lets them inherit the pools' roles.
+    pub(crate) fn sync_pool_acl(&mut self) {
+        let members = self
+            .pools
+            .iter()
+            .map(|(id, p)| (id.clone(), p.vms.clone()))
+            .collect();
+        self.acl.set_pool_members(members);
+    }
+
     pub(crate) fn pool_of(&self, vmid: u32) -> Option<&str> {
         self.pools
             .iter()

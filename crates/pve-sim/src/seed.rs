@@ -6,6 +6,8 @@
 
 use std::path::Path;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Errors reading a seed file.
@@ -79,7 +81,41 @@ pub struct Seed {
     /// The tag settings of `datacenter.cfg` (`user-tag-access`, `registered-tags`).
     #[serde(default)]
     pub datacenter: DatacenterSeed,
+    /// How long tasks of one type run, in milliseconds, by PVE task type (`download`,
+    /// `qmcreate`, `vzcreate`, `qmclone`, `qmstart`, ...). `SimConfig::task_durations` wins
+    /// over these; types listed in neither take `SimConfig::task_duration`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub task_durations_ms: BTreeMap<String, u64>,
 }
+
+/// The name of the built-in seed shaped like a real 3-node PVE 9 cluster
+/// ([`Seed::realistic_3node`]), for `proxops-pvesim --seed realistic-3node`.
+pub const REALISTIC_3NODE: &str = "realistic-3node";
+
+/// Task durations with a real cluster's ratios, in milliseconds at scale 1 (a demo pace:
+/// real PVE runs each of these several times longer, in about these proportions). A
+/// download of a cloud image or an ISO takes far longer than any create; a clone copies a
+/// whole disk; a container create unpacks its template; a start or a config task is short.
+/// *Assumed* (no live PVE measured): the ratios, not PVE's code, set these.
+const REALISTIC_TASK_MS: &[(&str, u64)] = &[
+    ("download", 4000),
+    ("qmclone", 1600),
+    ("vzcreate", 1200),
+    ("qmcreate", 600),
+    ("qmtemplate", 500),
+    ("vztemplate", 500),
+    ("qmdestroy", 400),
+    ("vzdestroy", 400),
+    ("qmshutdown", 400),
+    ("vzshutdown", 400),
+    ("qmreboot", 400),
+    ("vzreboot", 400),
+    ("resize", 300),
+    ("qmconfig", 200),
+    ("qmstart", 200),
+    ("vzstart", 200),
+    ("imgdel", 100),
+];
 
 /// The `datacenter.cfg` settings the permission checks read: who may set which guest tags
 /// (pve-guest-common `src/PVE/GuestHelpers.pm` `get_allowed_tags`).
@@ -313,7 +349,104 @@ impl Default for Seed {
             volumes: Vec::new(),
             guests: Vec::new(),
             datacenter: DatacenterSeed::default(),
+            task_durations_ms: BTreeMap::new(),
         }
+    }
+}
+
+impl Seed {
+    /// A seed shaped like a fresh 3-node PVE 9 cluster on 1 TB system disks with a NAS:
+    /// nodes `pve1`..`pve3` (32 threads, 128 GiB each) with `vmbr0`; per node the installer's
+    /// `local` (dir `/var/lib/vz`, 94 GiB: the root LV) and `local-lvm` (lvmthin, 832 GiB:
+    /// the `data` thin pool), and a shared NFS storage `nas` (4 TiB) for ISOs, templates,
+    /// import images and backups; task durations with a real cluster's ratios
+    /// (`REALISTIC_TASK_MS` in this module; scale with [`Seed::with_task_time_scale`]).
+    ///
+    /// PVE's installer gives `local` the content `iso,vztmpl,backup` and `local-lvm`
+    /// `rootdir,images` (pve-installer's storage.cfg); this seed adds `import` and `snippets`
+    /// to `local`, as an operator enabling DiskImages and cloud-init snippets does. `shared`
+    /// is set for `nas` as pve-storage forces it for NFS (`src/PVE/Storage/Plugin.pm`
+    /// `parse_config`, `@SHARED_STORAGE`).
+    pub fn realistic_3node() -> Self {
+        const GIB: u64 = 1024 * 1024 * 1024;
+        let node = |name: &str| NodeSeed {
+            name: name.to_string(),
+            maxcpu: 32,
+            maxmem: 128 * GIB,
+            online: true,
+            bridges: default_bridges(),
+        };
+        let strings = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect();
+        let storage =
+            |id: &str, kind: &str, content: &[&str], path: Option<&str>, total| StorageSeed {
+                storage: id.to_string(),
+                kind: kind.to_string(),
+                content: strings(content),
+                nodes: None,
+                shared: kind == "nfs",
+                path: path.map(str::to_string),
+                total,
+                enabled: true,
+            };
+        Self {
+            cluster_name: "pve-cluster".to_string(),
+            nodes: vec![node("pve1"), node("pve2"), node("pve3")],
+            storages: vec![
+                storage(
+                    "local",
+                    "dir",
+                    &["iso", "vztmpl", "backup", "import", "snippets"],
+                    Some("/var/lib/vz"),
+                    94 * GIB,
+                ),
+                storage(
+                    "local-lvm",
+                    "lvmthin",
+                    &["rootdir", "images"],
+                    None,
+                    832 * GIB,
+                ),
+                storage(
+                    "nas",
+                    "nfs",
+                    &["iso", "vztmpl", "import", "backup"],
+                    Some("/mnt/pve/nas"),
+                    4096 * GIB,
+                ),
+            ],
+            task_durations_ms: REALISTIC_TASK_MS
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), *v))
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// A built-in seed by name: `default` or [`REALISTIC_3NODE`].
+    pub fn builtin(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(Self::default()),
+            REALISTIC_3NODE => Some(Self::realistic_3node()),
+            _ => None,
+        }
+    }
+
+    /// The seed with every task duration multiplied by `factor` (0.25: four times faster,
+    /// same ratios).
+    #[must_use]
+    pub fn with_task_time_scale(mut self, factor: f64) -> Self {
+        for ms in self.task_durations_ms.values_mut() {
+            // Durations of a few seconds: the cast cannot overflow or lose what matters.
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            {
+                *ms = ((*ms as f64) * factor.max(0.0)).round() as u64;
+            }
+        }
+        self
     }
 }
 
@@ -450,6 +583,20 @@ impl Seed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_realistic_seed_round_trips_and_its_downloads_outlast_its_creates_and_starts() {
+        let seed = Seed::builtin(REALISTIC_3NODE).unwrap();
+        seed.check().unwrap();
+        let toml_text = toml::to_string(&seed).unwrap();
+        assert_eq!(toml::from_str::<Seed>(&toml_text).unwrap(), seed);
+        let d = &seed.task_durations_ms;
+        assert!(d["download"] > d["qmcreate"] && d["download"] > d["vzcreate"]);
+        assert!(d["qmclone"] > d["qmcreate"] && d["qmcreate"] > d["qmstart"]);
+        let fast = seed.clone().with_task_time_scale(0.25);
+        assert_eq!(fast.task_durations_ms["download"], d["download"] / 4);
+        assert!(seed.storages.iter().any(|s| s.storage == "nas" && s.shared));
+    }
 
     #[test]
     fn the_default_seed_round_trips_through_toml_and_json() {

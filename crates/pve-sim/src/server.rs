@@ -177,7 +177,13 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<RunningSi
     }
     let settings = Settings {
         task_duration: config.task_duration,
-        task_durations: config.task_durations.clone(),
+        task_durations: config
+            .seed
+            .task_durations_ms
+            .iter()
+            .map(|(k, ms)| (k.clone(), Duration::from_millis(*ms)))
+            .chain(config.task_durations.clone())
+            .collect(),
         proxy_timeout: config.proxy_timeout,
         disk_import_duration: config.disk_import_duration,
         lock_timeout: config.lock_timeout,

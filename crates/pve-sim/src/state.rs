@@ -66,8 +66,12 @@ impl Shared {
         }
     }
 
+    /// The cluster, with the ACL seeing the pools' members as they are now (PVE reads
+    /// `user.cfg`, pools and ACL together, at the start of each request).
     pub(crate) fn cluster(&self) -> MutexGuard<'_, Cluster> {
-        lock(&self.cluster)
+        let mut cluster = lock(&self.cluster);
+        cluster.sync_pool_acl();
+        cluster
     }
 
     pub(crate) fn faults(&self) -> MutexGuard<'_, Faults> {

@@ -90,7 +90,9 @@ pub(crate) fn split_volid(volid: &str) -> Option<(&str, &str)> {
     (valid_storage && !name.is_empty()).then_some((storage, name))
 }
 
-/// Parses a volume name the way the storage plugins do (`parse_volname`).
+/// Parses a volume name the way the storage plugins do (pve-storage @ 0c56bad8
+/// `src/PVE/Storage/Plugin.pm` `parse_volname`, `parse_name_dir`; vztmpl formats `t$2`
+/// from `$get_subdir_files`).
 pub(crate) fn parse_volname(volname: &str) -> Result<ParsedVolname, String> {
     let ext_format = |f: &str| -> String {
         f.rsplit_once('.')

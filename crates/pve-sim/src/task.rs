@@ -28,7 +28,9 @@ pub(crate) type Work =
 /// Async preparation (outside the cluster lock) that yields the finishing work.
 pub(crate) type Prepare = Pin<Box<dyn Future<Output = Work> + Send>>;
 
-/// A parsed UPID: `UPID:<node>:<pid>:<pstart>:<starttime>:<type>:<id>:<user>:`.
+/// A parsed UPID: `UPID:<node>:<pid>:<pstart>:<starttime>:<type>:<id>:<user>:`, printed and
+/// parsed with PVE's format and regex (pve-common @ f665029e `src/PVE/UPID.pm` `encode`,
+/// `decode`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Upid {
     pub(crate) node: String,

@@ -25,7 +25,7 @@ use crate::cluster::{ClusterResource, NodeInfo, ResourceType, Version};
 use crate::error::{PveError, TransportKind, decode_error_body};
 use crate::request::{self, Method, Request};
 use crate::storage::{ContentItem, ContentType, DownloadUrl, StorageConfig, StorageInfo};
-use crate::task::{TaskLogLine, TaskStatus};
+use crate::task::{TaskDurations, TaskLogLine, TaskStatus};
 use crate::trust::{PinMismatch, Trust, tls_config};
 use crate::upid::Upid;
 
@@ -133,6 +133,8 @@ struct Inner {
     pin: Option<String>,
     requests_sent: AtomicU64,
     writes_sent: AtomicU64,
+    /// How long each task type took: the task waits' poll schedule (`task::next_poll`).
+    task_durations: TaskDurations,
 }
 
 impl fmt::Debug for PveClient {
@@ -238,8 +240,14 @@ impl PveClient {
                 pin,
                 requests_sent: AtomicU64::new(0),
                 writes_sent: AtomicU64::new(0),
+                task_durations: TaskDurations::default(),
             }),
         })
+    }
+
+    /// How long the task types this client waited for took (the poll schedule's expectation).
+    pub fn task_durations(&self) -> &TaskDurations {
+        &self.inner.task_durations
     }
 
     /// The API token's id (`user@realm!name`): the user PVE writes into the tasks it starts.

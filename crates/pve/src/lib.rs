@@ -14,7 +14,7 @@
 //! - [`error`]: [`PveError`] with PVE's status, message and per-parameter errors, classified
 //!   by what the caller should do (`is_transient`, `is_lock_timeout`, `is_not_found`).
 //! - [`upid`]: [`Upid`], PVE's task id.
-//! - [`task`]: [`TaskStatus`], [`wait_for_task`] (poll with capped backoff, timeout,
+//! - [`task`]: [`TaskStatus`], [`wait_for_task`] (the [`next_poll`] schedule, timeout,
 //!   cancellation) and the task log.
 //! - [`cluster`], [`storage`]: response types and their parameters.
 //! - `lenient`: serde helpers for PVE's loose JSON typing (numbers as strings, 0/1 booleans).
@@ -41,6 +41,9 @@ pub use secrecy::SecretString;
 pub use storage::{
     Checksum, ChecksumAlgorithm, ContentItem, ContentType, DownloadUrl, StorageConfig, StorageInfo,
 };
-pub use task::{TaskError, TaskLogLine, TaskState, TaskStatus, WaitOptions, wait_for_task};
+pub use task::{
+    TaskDurations, TaskError, TaskLogLine, TaskState, TaskStatus, WaitOptions, next_poll,
+    wait_for_task,
+};
 pub use trust::{Fingerprint, Trust};
 pub use upid::Upid;

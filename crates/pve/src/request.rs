@@ -289,6 +289,15 @@ pub fn cluster_resources(resource_type: Option<ResourceType>) -> Request {
         .param_opt("type", resource_type.map(ResourceType::as_str))
 }
 
+/// `GET /cluster/nextid?vmid=<vmid>`: answers the vmid when no guest of the cluster has it,
+/// else 400 `{"vmid": "VM <vmid> already exists"}`. Any user may ask (`user => 'all'`), and
+/// the answer comes from the cluster's vmlist unfiltered by privileges, so it tells a token
+/// about a guest `/cluster/resources` hides from it (pve-manager @ 14a22df3
+/// `PVE/API2/Cluster.pm` `nextid`).
+pub fn cluster_nextid(vmid: u32) -> Request {
+    Request::new(Method::Get, "/cluster/nextid", &[]).param("vmid", vmid.to_string())
+}
+
 /// `GET /cluster/status`.
 pub fn cluster_status() -> Request {
     Request::new(Method::Get, "/cluster/status", &[])

@@ -549,3 +549,82 @@ async fn no_contract_request_is_refused_by_the_simulator_schema_check() {
     assert!(refused.is_empty(), "{refused:#?}");
     sim.shutdown().await;
 }
+
+/// Whether the simulator logged `record` as a status GET of `upid`.
+fn is_status_of(record: &proxops_pve_sim::RequestRecord, upid: &proxops_pve::Upid) -> bool {
+    record.method == "GET"
+        && record.endpoint == "/nodes/{node}/tasks/{upid}/status"
+        && record.path.contains(upid.as_str())
+}
+
+/// Status GETs the simulator logged for one task.
+fn status_polls(sim: &RunningSim, upid: &proxops_pve::Upid) -> usize {
+    let log = sim.control().requests();
+    log.requests
+        .iter()
+        .filter(|r| is_status_of(r, upid))
+        .count()
+}
+
+#[tokio::test]
+async fn a_task_wait_polls_once_per_step_and_never_after_the_task_ended() {
+    let sim = sim().await;
+    let mirror = serve_files(&[("/a.iso", ISO), ("/b.iso", ISO)]).await;
+    let client = pinned(&sim);
+    let download = |name: &str| {
+        DownloadUrl::new(
+            ContentType::Iso,
+            format!("http://{mirror}/{name}"),
+            name.to_owned(),
+        )
+    };
+    assert_eq!(client.task_durations().expected("download"), None);
+    let first = client
+        .download_url("pve1", "local", &download("a.iso"))
+        .await
+        .unwrap();
+    let status = wait_for_task(
+        &client,
+        &first,
+        &WaitOptions::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(status.is_success(), "{status:?}");
+    let polls = status_polls(&sim, &first);
+    assert!(polls >= 1, "{polls} status GETs");
+    assert!(client.task_durations().expected("download").is_some());
+
+    // While the client waits for a second task, nothing polls the first one any more.
+    let second = client
+        .download_url("pve1", "local", &download("b.iso"))
+        .await
+        .unwrap();
+    wait_for_task(
+        &client,
+        &second,
+        &WaitOptions::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(status_polls(&sim, &second) >= 1);
+    assert_eq!(status_polls(&sim, &first), polls);
+    // Every status GET of the first task went out before the second task was created.
+    let log = sim.control().requests();
+    let created = log
+        .requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.endpoint.ends_with("/download-url"))
+        .map(|r| r.seq)
+        .max()
+        .unwrap();
+    assert!(
+        log.requests
+            .iter()
+            .filter(|r| is_status_of(r, &first))
+            .all(|r| r.seq < created)
+    );
+    sim.shutdown().await;
+}

@@ -511,6 +511,7 @@ pub(super) mod tests {
                 guest_type: proxops_core::guest::GuestType::Qemu,
                 params: std::collections::BTreeMap::new(),
                 grow: Vec::new(),
+                after: Default::default(),
             }),
         );
         let failed = store.record_action_started(pass, &create, at(1)).unwrap();

@@ -230,6 +230,7 @@ mod tests {
             guest_type: GuestType::Qemu,
             params,
             grow: Vec::new(),
+            after: Default::default(),
         });
         let clone = |source: &str| {
             Verb::Clone(CloneFrom {
@@ -237,6 +238,7 @@ mod tests {
                 source: source.into(),
                 source_vmid: 9000,
                 name: "app".into(),
+                pool: None,
             })
         };
         record("web", create, &ok);

@@ -698,6 +698,33 @@ fn ssh_key_set(encoded: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// A pool membership to correct: the guest is in `observed` (`None`: in no pool, or in one
+/// the token may not audit) and `spec.pool` says `desired`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolDrift {
+    /// `spec.pool`.
+    pub desired: String,
+    /// What `/cluster/resources` reports as the guest's `pool`.
+    pub observed: Option<String>,
+}
+
+/// Compares `spec.pool` with the guest's `pool` in `/cluster/resources`. PVE keeps pool
+/// membership in `user.cfg` (`$usercfg->{vms}->{$vmid}`), not in the guest config, and
+/// `/cluster/resources` reports it per guest (pve-manager @ 14a22df3
+/// `PVE/API2/Cluster.pm` `resources`: `$entry->{pool} = $pool`, removed again when the caller
+/// lacks `Pool.Audit` on `/pool/<pool>`). No declared pool is no drift: membership is then not
+/// managed.
+pub fn compare_pool(desired: Option<&str>, observed: Option<&str>) -> Option<PoolDrift> {
+    let desired = desired?;
+    if observed == Some(desired) {
+        return None;
+    }
+    Some(PoolDrift {
+        desired: desired.to_owned(),
+        observed: observed.map(str::to_owned),
+    })
+}
+
 /// Whether writing `value` to `key` makes PVE allocate a volume (`<storage>:<size>`,
 /// `<storage>:cloudinit`) or import one (`import-from=`): the create forms the planner puts
 /// into empty slots. A qemu config write holding one is sent as `POST .../config`, a
@@ -2023,5 +2050,36 @@ mod tests {
             prop_assert_eq!(diff.set.keys().collect::<Vec<_>>(), [key]);
             prop_assert!(diff.delete.is_empty() && diff.findings.is_empty());
         }
+    }
+
+    #[test]
+    fn an_undeclared_pool_is_never_drift() {
+        assert_eq!(compare_pool(None, None), None);
+        assert_eq!(compare_pool(None, Some("prod")), None);
+    }
+
+    #[test]
+    fn a_guest_in_its_declared_pool_is_no_drift() {
+        assert_eq!(compare_pool(Some("prod"), Some("prod")), None);
+    }
+
+    #[test]
+    fn a_guest_in_another_pool_or_in_none_is_pool_drift() {
+        assert_eq!(
+            compare_pool(Some("prod"), Some("lab")),
+            Some(PoolDrift {
+                desired: "prod".to_owned(),
+                observed: Some("lab".to_owned())
+            })
+        );
+        assert_eq!(
+            compare_pool(Some("prod"), None),
+            Some(PoolDrift {
+                desired: "prod".to_owned(),
+                observed: None
+            })
+        );
+        // Pool ids are case-sensitive in user.cfg.
+        assert!(compare_pool(Some("prod"), Some("Prod")).is_some());
     }
 }

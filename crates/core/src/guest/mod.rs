@@ -15,7 +15,10 @@ mod render;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use compare::{CompareContext, Finding, FindingKind, GuestDiff, allocates_volume, compare};
+pub use compare::{
+    CompareContext, Finding, FindingKind, GuestDiff, PoolDrift, allocates_volume, compare,
+    compare_pool,
+};
 pub use live::{LiveConfig, LiveEntry, LiveError, split_tags};
 pub use property::{
     PropertyString, format_pve_size, parse_bool, parse_pve_size, percent_decode, percent_encode,

@@ -197,6 +197,10 @@ pub struct RenderedConfig {
     /// Values compared but never written (`features.keyctl`, `features.fuse`: `<key>.<part>`
     /// → value); a difference is a [`Drift`](super::FindingKind::Drift) finding.
     pub report_only: BTreeMap<String, String>,
+    /// `spec.pool`: the resource pool, sent as `pool` on create and clone and compared with
+    /// the pool `/cluster/resources` reports (`compare_pool`), never written to the config
+    /// (PVE keeps membership in `user.cfg`, not in the guest config). `None` = not managed.
+    pub pool: Option<String>,
 }
 
 impl RenderedConfig {
@@ -211,11 +215,14 @@ impl RenderedConfig {
             kept: BTreeSet::new(),
             unsent: Vec::new(),
             report_only: BTreeMap::new(),
+            pool: None,
         }
     }
 
     /// The parameters of `POST /nodes/{n}/qemu|lxc` (without `vmid` and `start`): every owned
-    /// key in create form plus the create-only keys.
+    /// key in create form plus the create-only keys, and `pool` when one is declared
+    /// (qemu-server `create_vm` and pve-container `create_vm` take it and call
+    /// `add_vm_to_pool`).
     pub fn create_params(&self) -> BTreeMap<String, String> {
         let mut params: BTreeMap<String, String> = self
             .owned
@@ -223,6 +230,9 @@ impl RenderedConfig {
             .map(|(k, o)| (k.clone(), o.value.clone()))
             .collect();
         params.extend(self.create_only.clone());
+        if let Some(pool) = &self.pool {
+            params.insert("pool".to_owned(), pool.clone());
+        }
         params
     }
 
@@ -319,6 +329,7 @@ pub fn render(resource: &Resource, artifacts: &Artifacts) -> Option<RenderedConf
 pub fn render_vm(spec: &VmSpec, kind: Kind, name: &str, artifacts: &Artifacts) -> RenderedConfig {
     let mut out = RenderedConfig::new(GuestType::Qemu, kind == Kind::TemplateVm);
     out.clone.clone_from(&spec.clone);
+    out.pool.clone_from(&spec.pool);
 
     // PVE 9's `memory` is a property string (`[current=]<MiB>`).
     out.own(
@@ -763,6 +774,7 @@ pub fn sealed_value<'a>(
 /// The PVE config an LXC or TemplateCT owns. `name` is `metadata.name`.
 pub fn render_lxc(spec: &LxcSpec, kind: Kind, name: &str, artifacts: &Artifacts) -> RenderedConfig {
     let mut out = RenderedConfig::new(GuestType::Lxc, kind == Kind::TemplateCt);
+    out.pool.clone_from(&spec.pool);
     match artifacts.volid(Kind::CtTemplate, &spec.template) {
         Some(volid) => {
             out.create_only

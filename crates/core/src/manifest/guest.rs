@@ -299,6 +299,55 @@ pub(crate) fn check_tags(ck: &mut Checker<'_>, raw: Option<&Vec<String>>) -> Opt
     ok.then_some(tags)
 }
 
+/// `spec.pool`: a PVE resource pool id as PVE accepts one. pve-access-control @ 5ccd07d
+/// `src/PVE/AccessControl.pm` `verify_poolname` (the `pve-poolid` format): at most three
+/// `/`-separated levels of letters, digits, `.`, `-` and `_`; and pve-manager @ 14a22df3
+/// `PVE/API2/Pool.pm` `create_pool` refuses a level that does not start with a letter
+/// (`pool name must start with a letter`), so no pool PVE holds has one. Whether the pool
+/// exists is PVE's to say: the create answers `Permission check failed (pool 'x' does not
+/// exist)` (`check_pool_exist`).
+pub(crate) fn check_pool(ck: &mut Checker<'_>, raw: Option<&String>) -> Option<Option<String>> {
+    let Some(pool) = raw else {
+        return Some(None);
+    };
+    if ck.reported("spec.pool") {
+        return None;
+    }
+    let levels: Vec<&str> = pool.split('/').collect();
+    let problem = if levels.len() > 3 {
+        Some(format!(
+            "pool `{pool}` is nested too deeply (at most 3 levels)"
+        ))
+    } else if levels.iter().any(|l| {
+        l.is_empty()
+            || !l
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+    }) {
+        Some(format!("`{pool}` is not a PVE pool id"))
+    } else if levels
+        .iter()
+        .any(|l| !l.bytes().next().is_some_and(|b| b.is_ascii_alphabetic()))
+    {
+        Some(format!(
+            "pool `{pool}`: each level must start with a letter"
+        ))
+    } else {
+        None
+    };
+    match problem {
+        Some(message) => {
+            ck.error_help(
+                "spec.pool",
+                message,
+                "pool ids are letters, digits, `.`, `-` and `_`, each level starting with a letter, at most 3 levels separated by `/` (`pveum pool list` shows them)",
+            );
+            None
+        }
+        None => Some(Some(pool.clone())),
+    }
+}
+
 /// `spec.extra`: PVE keys passed verbatim, except those ProxOps manages itself.
 pub(crate) fn check_extra(
     ck: &mut Checker<'_>,

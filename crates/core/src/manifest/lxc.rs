@@ -12,8 +12,9 @@ use super::check::Checker;
 use super::choice::{Arch, PowerState};
 use super::document::Checked;
 use super::guest::{
-    Slots, check_extra, check_mac, check_mib, check_node, check_size, check_state, check_storage,
-    check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference, slot_ranges,
+    Slots, check_extra, check_mac, check_mib, check_node, check_pool, check_size, check_state,
+    check_storage, check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference,
+    slot_ranges,
 };
 use super::ids::{NodeName, StorageId, VmId};
 use super::quantity::{ByteSize, Mebibytes};
@@ -25,8 +26,9 @@ use crate::resource::Kind;
 /// Mount point slots `mp0`..`mp255`.
 const MP_SLOTS: [(&str, u32); 1] = [("mp", 255)];
 /// `spec.extra` keys ProxOps sets itself (the Go program's list).
-const RESERVED_EXTRA: [&str; 23] = [
+const RESERVED_EXTRA: [&str; 24] = [
     "vmid",
+    "pool",
     "ctid",
     "name",
     "memory",
@@ -95,6 +97,8 @@ pub struct LxcSpec {
     pub tags: Vec<String>,
     /// Further PVE keys, verbatim.
     pub extra: BTreeMap<String, String>,
+    /// The PVE resource pool it belongs to; `None` = membership not managed.
+    pub pool: Option<String>,
 }
 
 /// `spec.cpu` of a container.
@@ -277,6 +281,7 @@ pub(crate) fn check_lxc(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawL
         &RESERVED_EXTRA,
         &RESERVED_EXTRA_PREFIXES,
     );
+    let pool = check_pool(ck, raw.pool.as_ref());
 
     references.sort_by_key(|r| r.location);
     let spec = (|| {
@@ -298,6 +303,7 @@ pub(crate) fn check_lxc(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawL
             pve_description: raw.pve_description.clone(),
             tags: tags?,
             extra: extra?,
+            pool: pool?,
         })))
     })();
     Checked {
@@ -679,11 +685,25 @@ mod tests {
     }
 
     #[test]
+    fn a_container_keeps_its_pool_and_refuses_one_in_extra() {
+        let Spec::Lxc(c) = spec(&lxc(&format!("{BASE}  pool: lab\n"))) else {
+            panic!()
+        };
+        assert_eq!(c.pool.as_deref(), Some("lab"));
+        let e = errors(&lxc(&format!("{BASE}  extra: {{pool: lab}}\n")));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].contains("spec.extra.pool: `pool` is managed by ProxOps"),
+            "{e:#?}"
+        );
+    }
+
+    #[test]
     fn vm_only_keys_are_unknown_on_a_container() {
         assert_errors(
             &lxc(&format!("{BASE}  disks: []\n")),
             &[
-                "test.yaml:12:3: error: spec.disks: unknown key `disks`\n  help: expected one of `node`, `vmid`, `state`, `template`, `memory`, `swap`, `cpu`, `root`, `mount-points`, `bind-mounts`, `networks`, `dns`, `arch`, `options`, `pve-description`, `tags`, `extra`",
+                "test.yaml:12:3: error: spec.disks: unknown key `disks`\n  help: expected one of `node`, `vmid`, `state`, `template`, `memory`, `swap`, `cpu`, `root`, `mount-points`, `bind-mounts`, `networks`, `dns`, `arch`, `options`, `pve-description`, `tags`, `extra`, `pool`",
             ],
         );
     }

@@ -183,6 +183,9 @@ pub(crate) struct RawVmSpec {
     pub(crate) extra: Option<BTreeMap<String, String>>,
     /// A TemplateVM on the same node to full-clone from.
     pub(crate) clone: Option<String>,
+    /// The PVE resource pool the guest belongs to (absent: membership not managed).
+    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9.\-_]*(/[A-Za-z][A-Za-z0-9.\-_]*){0,2}$"))]
+    pub(crate) pool: Option<String>,
 }
 
 /// `spec.cpu` of a VM.
@@ -505,6 +508,9 @@ pub(crate) struct RawLxcSpec {
     /// Further PVE config keys, sent verbatim.
     #[schemars(with = "Option<BTreeMap<String, ScalarText>>")]
     pub(crate) extra: Option<BTreeMap<String, String>>,
+    /// The PVE resource pool the container belongs to (absent: membership not managed).
+    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9.\-_]*(/[A-Za-z][A-Za-z0-9.\-_]*){0,2}$"))]
+    pub(crate) pool: Option<String>,
 }
 
 /// `spec.cpu` of an LXC.

@@ -17,8 +17,9 @@ use super::choice::{
 use super::decode::{did_you_mean, one_of};
 use super::document::Checked;
 use super::guest::{
-    Slots, check_extra, check_mac, check_mib, check_node, check_size, check_state, check_storage,
-    check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference, slot_ranges,
+    Slots, check_extra, check_mac, check_mib, check_node, check_pool, check_size, check_state,
+    check_storage, check_tags, check_vlan, check_vmid, is_cidr, parse_slot, placement, reference,
+    slot_ranges,
 };
 use super::ids::{NodeName, StorageId, VmId};
 use super::quantity::{ByteSize, Mebibytes};
@@ -61,6 +62,8 @@ pub struct VmSpec {
     pub extra: BTreeMap<String, String>,
     /// The TemplateVM to clone from.
     pub clone: Option<String>,
+    /// The PVE resource pool it belongs to; `None` = membership not managed.
+    pub pool: Option<String>,
 }
 
 /// `spec.cpu`.
@@ -129,8 +132,9 @@ pub const NIC_MODELS: [&str; 14] = [
     "vmxnet3",
 ];
 /// `spec.extra` keys ProxOps sets itself (the Go program's list).
-const RESERVED_EXTRA: [&str; 33] = [
+const RESERVED_EXTRA: [&str; 34] = [
     "vmid",
+    "pool",
     "name",
     "memory",
     "cpu",
@@ -555,6 +559,7 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
         references.extend(reference(ck, "spec.clone", c, Kind::TemplateVm));
         c.clone()
     });
+    let pool = check_pool(ck, raw.pool.as_ref());
 
     references.sort_by_key(|r: &Reference| r.location);
     let spec = (|| {
@@ -575,6 +580,7 @@ pub(crate) fn check_vm(ck: &mut Checker<'_>, kind: Kind, name: &str, raw: &RawVm
             tags: tags?,
             extra: extra?,
             clone,
+            pool: pool?,
         })))
     })();
     Checked {
@@ -1641,6 +1647,59 @@ mod tests {
             panic!()
         };
         assert_eq!(v.state, PowerState::Stopped);
+    }
+
+    #[test]
+    fn a_pool_is_kept_as_declared_and_absent_means_not_managed() {
+        let disks = "  disks: [{storage: local, size: 8G}]\n";
+        let Spec::Vm(v) = spec(&vm(&format!("{BASE}{disks}  pool: prod/web\n"))) else {
+            panic!()
+        };
+        assert_eq!(v.pool.as_deref(), Some("prod/web"));
+        let Spec::Vm(v) = spec(&vm(&format!("{BASE}{disks}"))) else {
+            panic!()
+        };
+        assert_eq!(v.pool, None);
+    }
+
+    #[test]
+    fn a_pool_id_pve_would_refuse_is_located_with_the_format() {
+        let disks = "  disks: [{storage: local, size: 8G}]\n";
+        for (pool, message) in [
+            (
+                "a/b/c/d",
+                "pool `a/b/c/d` is nested too deeply (at most 3 levels)",
+            ),
+            ("prod web", "`prod web` is not a PVE pool id"),
+            ("prod//web", "`prod//web` is not a PVE pool id"),
+            (
+                "prod/9lives",
+                "pool `prod/9lives`: each level must start with a letter",
+            ),
+        ] {
+            let e = errors(&vm(&format!("{BASE}{disks}  pool: '{pool}'\n")));
+            assert_eq!(e.len(), 1, "{pool}: {e:#?}");
+            assert!(
+                e[0].starts_with(&format!(
+                    "test.yaml:11:9: error: spec.pool: {message}\n  help: pool ids are letters"
+                )),
+                "{pool}: {e:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pool_in_extra_is_refused_for_the_pool_field() {
+        let e = errors(&vm(&format!(
+            "{BASE}  disks: [{{storage: local, size: 8G}}]\n  extra: {{pool: prod}}\n"
+        )));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].contains(
+                "spec.extra.pool: `pool` is managed by ProxOps and cannot be set in `extra`"
+            ),
+            "{e:#?}"
+        );
     }
 
     #[test]

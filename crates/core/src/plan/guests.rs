@@ -28,7 +28,7 @@ use crate::manifest::{ADOPT, DRIFT, Placement, PowerState, RESTART, Resource, Sp
 use crate::observed::{ObservedGuest, ObservedState};
 use crate::plan::{
     Action, Change, CloneFrom, Create, Finding, FindingKind, Grow, GuestRef, Inventory, Plan,
-    Policy, Update, Verb,
+    Policy, PoolMove, Update, Verb,
 };
 use crate::repository::DesiredState;
 use crate::resource::{Kind, ResourceId};
@@ -329,6 +329,18 @@ fn plan_one(
 ) {
     let vmid = declared.vmid;
     let Some(live) = observed.guest(vmid) else {
+        if observed.hidden_vmids.contains(&vmid) {
+            // SOURCE-AUDIT.md M25: a create would be refused `already exists` on every pass.
+            plan.findings.push(with_message(
+                declared.finding(FindingKind::ObserveFailed, "spec.vmid", "", "hidden"),
+                format!(
+                    "vmid {vmid} exists in the cluster but is not visible to this token (PVE lists a guest only with VM.Audit on /vms/{vmid}), so it is not created: a create would be refused `already exists`; grant the token's user VM.Audit on /vms/{vmid} (e.g. `pveum acl modify /vms/{vmid} --users <user> --roles PVEAuditor`) to let ProxOps see it, or declare a free vmid"
+                ),
+            ));
+            plan.blocked
+                .insert((declared.id().clone(), declared.node.to_owned()));
+            return;
+        }
         plan_absent(desired, declared, rendered, actions, plan);
         return;
     };
@@ -459,6 +471,7 @@ fn plan_absent(
                 source: source.clone(),
                 source_vmid,
                 name: rendered.value("name").unwrap_or_default().to_owned(),
+                pool: rendered.pool.clone(),
             }),
             format!(
                 "no guest has vmid {vmid}: full clone of TemplateVM/{source} (vmid {source_vmid}), then its own config is written"
@@ -467,12 +480,23 @@ fn plan_absent(
     } else {
         let mut params = rendered.create_params();
         params.insert("start".to_owned(), "0".to_owned());
+        // PVE checks a create's `tags` with `check_vm_perm($vmid, undef, ['VM.Config.Options'])`
+        // (pve-guest-common @ 4a8f6cb `GuestHelpers.pm` `assert_tag_permissions`, called by
+        // qemu-server @ e6352be6 `create_vm` and pve-container @ 94f5585
+        // `check_ct_modify_config_perm`), on `/vms/<vmid>` alone, before `add_vm_to_pool`: a
+        // token whose grants are on the pool is refused. Into a pool, the tags are written
+        // right after the create instead, when the guest is a member.
+        let after: BTreeMap<String, String> = match &rendered.pool {
+            Some(_) => params.remove_entry("tags").into_iter().collect(),
+            None => BTreeMap::new(),
+        };
         actions.push(declared.action(
             Verb::Create(Create {
                 vmid,
                 guest_type: declared.guest_type,
                 params,
                 grow: grows(&rendered.grow_after_create),
+                after,
             }),
             format!("no guest has vmid {vmid}"),
         ));
@@ -636,6 +660,7 @@ fn plan_present(
             updating = true;
         }
     }
+    plan_pool(declared, rendered, live, report_only, actions, plan);
 
     // Power and template state.
     let wants_template = declared.template();
@@ -728,6 +753,49 @@ fn plan_present(
             ),
         ));
     }
+}
+
+/// Pool membership: a guest outside its declared pool is moved there (`PUT /pools` with
+/// `allow-move`, which also takes it out of the pool it is in), or reported under
+/// `proxops/drift: report`.
+fn plan_pool(
+    declared: &Declared<'_>,
+    rendered: &RenderedConfig,
+    live: &ObservedGuest,
+    report_only: bool,
+    actions: &mut Vec<Action>,
+    plan: &mut Plan,
+) {
+    let Some(drift) = guest::compare_pool(rendered.pool.as_deref(), live.pool.as_deref()) else {
+        return;
+    };
+    let observed = drift.observed.as_deref().unwrap_or("");
+    let was = drift
+        .observed
+        .as_deref()
+        .map_or_else(|| "in no pool".to_owned(), |p| format!("in pool {p}"));
+    if report_only {
+        plan.findings.push(with_message(
+            declared.finding(FindingKind::Drift, "spec.pool", &drift.desired, observed),
+            format!(
+                "the guest is {was}, not in pool {}; proxops/drift: report, so it is left as is",
+                drift.desired
+            ),
+        ));
+        return;
+    }
+    actions.push(declared.action(
+        Verb::Pool(PoolMove {
+            vmid: declared.vmid,
+            guest_type: declared.guest_type,
+            pool: drift.desired.clone(),
+            from: drift.observed.clone(),
+        }),
+        format!(
+            "drift in spec.pool: the guest is {was}, the manifest says pool {}",
+            drift.desired
+        ),
+    ));
 }
 
 /// The owned keys PVE will hold for a restart of the running guest once this pass is done.
@@ -1039,6 +1107,85 @@ mod tests {
         let plan = run(&state, &observed, &all());
         assert!(!plan.has_changes(), "{plan:?}");
         assert!(plan.findings.is_empty(), "{:?}", plan.findings);
+    }
+
+    fn in_pool(doc: &str, pool: &str) -> String {
+        doc.replace("  memory: 2GiB", &format!("  pool: {pool}\n  memory: 2GiB"))
+    }
+
+    #[test]
+    fn a_guest_with_a_pool_is_created_in_it() {
+        let state = desired(&[&in_pool(&vm("web", 101, ""), "prod")]);
+        let plan = run(&state, &ObservedState::default(), &all());
+        let Verb::Create(create) = &plan.levels[0][0].verb else {
+            panic!("a create")
+        };
+        assert_eq!(create.params["pool"], "prod");
+        // The ownership tag follows once the guest is in its pool.
+        assert!(!create.params.contains_key("tags"), "{create:?}");
+        assert_eq!(create.after["tags"], "proxops");
+    }
+
+    #[test]
+    fn a_guest_outside_its_declared_pool_is_moved_there_and_nothing_else_changes() {
+        let state = desired(&[&in_pool(&vm("web", 101, ""), "prod")]);
+        for observed_pool in [None, Some("lab")] {
+            let mut observed = ObservedState::default();
+            let mut g = guest(101, "running", live_of(&state, Kind::Vm, "web", 101));
+            g.pool = observed_pool.map(str::to_owned);
+            observed.add_guest(g);
+            let plan = run(&state, &observed, &all());
+            assert_eq!(verbs(&plan), [("VM/web".into(), "pool")], "{plan:?}");
+            let Verb::Pool(pool) = &plan.levels[0][0].verb else {
+                panic!("a pool move")
+            };
+            assert_eq!(pool.pool, "prod");
+            assert_eq!(pool.from.as_deref(), observed_pool);
+            assert!(
+                render_human(&plan, "repo").contains(&format!(
+                    "~ update VM/web on pve1: pool: {} → prod",
+                    observed_pool.unwrap_or("(none)")
+                )),
+                "{}",
+                render_human(&plan, "repo")
+            );
+        }
+        // In the pool: nothing to do.
+        let mut observed = ObservedState::default();
+        let mut g = guest(101, "running", live_of(&state, Kind::Vm, "web", 101));
+        g.pool = Some("prod".to_owned());
+        observed.add_guest(g);
+        assert!(!run(&state, &observed, &all()).has_changes());
+    }
+
+    #[test]
+    fn a_pool_is_not_managed_when_the_manifest_declares_none() {
+        let state = desired(&[&vm("web", 101, "")]);
+        let mut observed = ObservedState::default();
+        let mut g = guest(101, "running", live_of(&state, Kind::Vm, "web", 101));
+        g.pool = Some("lab".to_owned());
+        observed.add_guest(g);
+        let plan = run(&state, &observed, &all());
+        assert!(!plan.has_changes(), "{plan:?}");
+        assert!(plan.findings.is_empty(), "{:?}", plan.findings);
+    }
+
+    #[test]
+    fn pool_drift_under_the_report_annotation_is_only_a_finding() {
+        let state = desired(&[&in_pool(
+            &vm("web", 101, "  annotations:\n    proxops/drift: report\n"),
+            "prod",
+        )]);
+        let mut observed = ObservedState::default();
+        let mut g = guest(101, "running", live_of(&state, Kind::Vm, "web", 101));
+        g.pool = Some("lab".to_owned());
+        observed.add_guest(g);
+        let plan = run(&state, &observed, &all());
+        assert!(!plan.has_changes(), "{plan:?}");
+        assert_eq!(kinds(&plan), [FindingKind::Drift]);
+        assert_eq!(plan.findings[0].field, "spec.pool");
+        assert_eq!(plan.findings[0].desired, "prod");
+        assert_eq!(plan.findings[0].observed, "lab");
     }
 
     #[test]
@@ -1493,6 +1640,22 @@ mod tests {
         observed.add_guest(guest(101, "running", live_of(&state, Kind::Vm, "web", 101)));
         let plan = run(&state, &observed, &all());
         assert_eq!(verbs(&plan), [("VM/web".into(), "shutdown")]);
+    }
+
+    #[test]
+    fn a_declared_vmid_held_by_a_guest_the_token_cannot_see_is_a_finding_not_a_create() {
+        let state = desired(&[&vm("web", 101, "")]);
+        let mut observed = ObservedState::default();
+        observed.hidden_vmids.insert(101);
+        let plan = run(&state, &observed, &all());
+        assert!(verbs(&plan).is_empty(), "{:?}", verbs(&plan));
+        assert_eq!(kinds(&plan), [FindingKind::ObserveFailed]);
+        let message = &plan.findings[0].message;
+        assert!(
+            message.contains("vmid 101 exists in the cluster but is not visible"),
+            "{message}"
+        );
+        assert!(message.contains("VM.Audit on /vms/101"), "{message}");
     }
 
     #[test]

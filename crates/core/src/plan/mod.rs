@@ -79,6 +79,8 @@ pub enum Verb {
     Clone(CloneFrom),
     /// `PUT .../config` with only the changed keys, `delete=` and the observed `digest`.
     Update(Update),
+    /// `PUT /pools` `poolid`, `vms`, `allow-move=1`: put the guest in its declared pool.
+    Pool(PoolMove),
     /// `POST .../status/shutdown`, wait.
     Shutdown(GuestRef),
     /// `POST .../template`: mark a (stopped) guest as a template.
@@ -104,6 +106,7 @@ impl Verb {
             Verb::Create(_) => "create",
             Verb::Clone(_) => "clone",
             Verb::Update(_) => "update",
+            Verb::Pool(_) => "pool",
             Verb::Shutdown(_) => "shutdown",
             Verb::Promote(_) => "promote",
             Verb::Start(_) => "start",
@@ -127,6 +130,10 @@ impl Verb {
             Verb::Update(u) => Some(GuestRef {
                 vmid: u.vmid,
                 guest_type: u.guest_type,
+            }),
+            Verb::Pool(p) => Some(GuestRef {
+                vmid: p.vmid,
+                guest_type: p.guest_type,
             }),
             Verb::Shutdown(g)
             | Verb::Promote(g)
@@ -157,6 +164,11 @@ pub struct Create {
     pub params: BTreeMap<String, String>,
     /// Disks to grow after the create (an imported image smaller than declared).
     pub grow: Vec<Grow>,
+    /// Keys written with `PUT .../config` once the create's task has ended: the `tags` of a
+    /// guest created into a pool, which PVE would refuse at the create to a token that holds
+    /// its privileges on the pool (see `plan_absent`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub after: BTreeMap<String, String>,
 }
 
 /// Grow a volume to an absolute size (`PUT .../resize`).
@@ -166,6 +178,19 @@ pub struct Grow {
     pub slot: String,
     /// The size as PVE takes it (`32G`).
     pub size: String,
+}
+
+/// Moving a guest into its declared pool (`spec.pool`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct PoolMove {
+    /// The guest's vmid.
+    pub vmid: u32,
+    /// qemu or lxc.
+    pub guest_type: GuestType,
+    /// The pool it goes to.
+    pub pool: String,
+    /// The pool `/cluster/resources` reports it in (`None`: none the token may audit).
+    pub from: Option<String>,
 }
 
 /// A full clone of a TemplateVM.
@@ -179,6 +204,8 @@ pub struct CloneFrom {
     pub source_vmid: u32,
     /// The new VM's PVE `name`.
     pub name: String,
+    /// `spec.pool`, sent as the clone's `pool` (`None`: not managed).
+    pub pool: Option<String>,
 }
 
 /// A config write.

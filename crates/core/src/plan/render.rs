@@ -112,6 +112,14 @@ fn render_action_lines(out: &mut String, action: &Action) {
         Verb::RemoveSnippet(s) => {
             let _ = writeln!(out, "  - remove snippet {} on {node}", s.volid());
         }
+        Verb::Pool(p) => {
+            let _ = writeln!(
+                out,
+                "  ~ update {resource} on {node}: pool: {} → {}",
+                shown(p.from.as_deref().unwrap_or("")),
+                p.pool
+            );
+        }
         Verb::Delete(g) => {
             let _ = writeln!(out, "  - delete {resource} on {node} (vmid {})", g.vmid);
         }
@@ -160,7 +168,7 @@ pub fn render_human(plan: &Plan, title: &str) -> String {
     let count = |f: fn(&Verb) -> bool| plan.actions().filter(|a| f(&a.verb)).count();
     let downloads = count(|v| matches!(v, Verb::Download(_)));
     let creates = count(|v| matches!(v, Verb::Create(_) | Verb::Clone(_)));
-    let updates = count(|v| matches!(v, Verb::Update(_)));
+    let updates = count(|v| matches!(v, Verb::Update(_) | Verb::Pool(_)));
     let deletes = count(|v| matches!(v, Verb::Delete(_)));
     let power = count(|v| {
         matches!(

@@ -8,6 +8,11 @@ use super::Ctx;
 use crate::acl::Privs;
 use crate::error::{ApiError, ApiResult};
 
+/// `POST /access/ticket`: a `PVE:<user>:<time>::<sig>` ticket and a `CSRFPreventionToken`
+/// for a right password, else 401 `authentication failure` (pve-access-control @ 5ccd07d
+/// `src/PVE/API2/AccessControl.pm` `create_ticket`), answered late as pve-http-server
+/// @ 5c9e4ea `src/PVE/APIServer/AnyEvent.pm` `handle_api2_request` delays every 401 to 3 s
+/// (`auth_failure_delay`).
 pub(super) async fn ticket(ctx: &Ctx) -> ApiResult {
     let mut username = ctx.params.required("username")?.to_string();
     let password = ctx.params.required("password")?.to_string();
@@ -47,7 +52,8 @@ pub(super) async fn ticket(ctx: &Ctx) -> ApiResult {
 
 /// `GET /access/permissions`: the effective privileges of the caller (or of `userid`: itself,
 /// one of its own tokens, or anyone with `Sys.Audit` on `/access`), per path, each with its
-/// propagate flag; with `path`, that path only (`{}` when nothing is held there).
+/// propagate flag; with `path`, that path only (`{}` when nothing is held there)
+/// (pve-access-control @ 5ccd07d `src/PVE/API2/AccessControl.pm` `permissions`).
 pub(super) fn permissions(ctx: &Ctx) -> ApiResult {
     let caller = ctx.authid().to_string();
     let cluster = ctx.shared.cluster();

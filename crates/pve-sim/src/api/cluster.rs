@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::Ctx;
-use crate::cluster::{Cluster, Pool, now_epoch};
+use crate::cluster::{Cluster, now_epoch};
 use crate::error::{ApiError, ApiResult};
 use crate::guest::Guest;
 
@@ -20,7 +20,7 @@ pub(super) fn version() -> Value {
 /// `template`, `maxcpu`, `maxmem`, `maxdisk` and the counters — or, with no entry yet,
 /// `status => 'unknown'` and nothing more; then `lock` and `tags` raw from the config's
 /// main section (`get_guest_config_properties`) and `pool` from the pool config, at once.
-fn guest_resource(cluster: &Cluster, g: &Guest, now: u64) -> Value {
+pub(super) fn guest_resource(cluster: &Cluster, g: &Guest, now: u64) -> Value {
     let mut v = json!({
         "id": format!("{}/{}", g.kind.as_str(), g.vmid),
         "type": g.kind.as_str(),
@@ -101,7 +101,19 @@ pub(super) fn resources(ctx: &Ctx) -> ApiResult {
                 .guests
                 .values()
                 .filter(|g| may(format!("/vms/{}", g.vmid), &["VM.Audit"]))
-                .map(|g| guest_resource(&cluster, g, now)),
+                .map(|g| {
+                    // The pool only with Pool.Audit on it (`resources`: `delete
+                    // $entry->{pool}` when `check(..., "/pool/$entry->{pool}", ['Pool.Audit'])`
+                    // fails).
+                    let mut entry = guest_resource(&cluster, g, now);
+                    if let Some(pool) = cluster.pool_of(g.vmid)
+                        && !may(format!("/pool/{pool}"), &["Pool.Audit"])
+                        && let Value::Object(map) = &mut entry
+                    {
+                        map.remove("pool");
+                    }
+                    entry
+                }),
         );
     }
     if filter.is_none() || filter == Some("node") {
@@ -158,6 +170,9 @@ pub(super) fn resources(ctx: &Ctx) -> ApiResult {
     Ok(Value::Array(out))
 }
 
+/// `GET /cluster/status`: one `cluster` entry and one `node` entry per member, `local: 1` on
+/// the node answering (pve-manager @ 14a22df3 `PVE/API2/Cluster.pm` `get_status`, from
+/// pve-cluster's `get_clinfo`/`get_members`).
 pub(super) fn status(ctx: &Ctx) -> Value {
     let cluster = ctx.shared.cluster();
     let mut out = vec![json!({
@@ -184,6 +199,10 @@ pub(super) fn status(ctx: &Ctx) -> Value {
     Value::Array(out)
 }
 
+/// `GET /cluster/nextid`: any user may ask (`user => 'all'`); the cluster's whole vmlist
+/// decides, whatever the caller may audit: with `vmid`, that id or 400 `{"vmid": "VM N
+/// already exists"}`; without, the lowest free id from 100 (pve-manager @ 14a22df3
+/// `PVE/API2/Cluster.pm` `nextid`).
 pub(super) fn nextid(ctx: &Ctx) -> ApiResult {
     let cluster = ctx.shared.cluster();
     match ctx.params.get("vmid") {
@@ -276,149 +295,4 @@ pub(super) fn node_status(ctx: &Ctx) -> ApiResult {
         "rootfs": { "total": 100u64 << 30, "used": 8u64 << 30, "free": 92u64 << 30, "avail": 92u64 << 30 },
         "ksm": { "shared": 0 },
     }))
-}
-
-fn pool_members(cluster: &Cluster, pool: &Pool) -> Vec<Value> {
-    let now = now_epoch();
-    pool.vms
-        .iter()
-        .filter_map(|id| cluster.guests.get(id))
-        .map(|g| guest_resource(cluster, g, now))
-        .collect()
-}
-
-pub(super) fn pools(ctx: &Ctx) -> ApiResult {
-    let cluster = ctx.shared.cluster();
-    let only = ctx.params.get("poolid");
-    if let Some(id) = only
-        && !cluster.pools.contains_key(id)
-    {
-        return Err(ApiError::die(format!("pool '{id}' does not exist")));
-    }
-    Ok(Value::Array(
-        cluster
-            .pools
-            .iter()
-            .filter(|(id, _)| only.is_none_or(|o| o == id.as_str()))
-            .map(|(id, p)| {
-                let mut v = json!({ "poolid": id });
-                if let Some(c) = &p.comment {
-                    v["comment"] = c.clone().into();
-                }
-                if only.is_some() {
-                    v["members"] = pool_members(&cluster, p).into();
-                }
-                v
-            })
-            .collect(),
-    ))
-}
-
-pub(super) fn pool_create(ctx: &Ctx) -> ApiResult {
-    let id = ctx.params.required("poolid")?.to_string();
-    let mut cluster = ctx.shared.cluster();
-    if cluster.pools.contains_key(&id) {
-        return Err(ApiError::die(format!("pool '{id}' already exists")));
-    }
-    cluster.pools.insert(
-        id,
-        Pool {
-            comment: ctx.params.get("comment").map(str::to_string),
-            ..Pool::default()
-        },
-    );
-    Ok(Value::Null)
-}
-
-pub(super) fn pool_get(ctx: &Ctx) -> ApiResult {
-    let id = ctx.params.required("poolid")?;
-    let cluster = ctx.shared.cluster();
-    let pool = cluster
-        .pools
-        .get(id)
-        .ok_or_else(|| ApiError::die(format!("pool '{id}' does not exist")))?;
-    let mut v = json!({ "members": pool_members(&cluster, pool) });
-    if let Some(c) = &pool.comment {
-        v["comment"] = c.clone().into();
-    }
-    Ok(v)
-}
-
-pub(super) fn pool_delete(ctx: &Ctx) -> ApiResult {
-    let id = ctx.params.required("poolid")?.to_string();
-    let mut cluster = ctx.shared.cluster();
-    let pool = cluster
-        .pools
-        .get(&id)
-        .ok_or_else(|| ApiError::die(format!("pool '{id}' does not exist")))?;
-    if let Some(vmid) = pool.vms.iter().find(|v| cluster.guests.contains_key(v)) {
-        return Err(ApiError::die(format!(
-            "pool '{id}' is not empty (contains VM {vmid})"
-        )));
-    }
-    cluster.pools.remove(&id);
-    Ok(Value::Null)
-}
-
-/// `PUT /pools` (and the older `PUT /pools/{poolid}`): comment, add or remove guests.
-pub(super) fn pool_update(ctx: &Ctx) -> ApiResult {
-    let id = ctx.params.required("poolid")?.to_string();
-    let remove = ctx.params.flag("delete").unwrap_or(false);
-    let allow_move = ctx.params.flag("allow-move").unwrap_or(false);
-    let vms: Vec<u32> = ctx
-        .params
-        .get("vms")
-        .map(|v| {
-            v.split([',', ';', ' '])
-                .filter(|s| !s.is_empty())
-                .map(|s| {
-                    s.parse::<u32>().map_err(|_| {
-                        ApiError::param(
-                            "vms",
-                            format!("value '{s}' does not look like a valid VM ID"),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()
-        })
-        .transpose()?
-        .unwrap_or_default();
-    let mut cluster = ctx.shared.cluster();
-    if !cluster.pools.contains_key(&id) {
-        return Err(ApiError::die(format!("pool '{id}' does not exist")));
-    }
-    for vmid in &vms {
-        if !cluster.guests.contains_key(vmid) {
-            return Err(ApiError::die(format!("VM {vmid} does not exist")));
-        }
-        if !remove
-            && let Some(other) = cluster.pool_of(*vmid)
-            && other != id
-            && !allow_move
-        {
-            return Err(ApiError::die(format!(
-                "VM {vmid} belongs already to pool '{other}'"
-            )));
-        }
-    }
-    for vmid in vms {
-        if remove {
-            if let Some(p) = cluster.pools.get_mut(&id) {
-                p.vms.remove(&vmid);
-            }
-        } else {
-            for p in cluster.pools.values_mut() {
-                p.vms.remove(&vmid);
-            }
-            if let Some(p) = cluster.pools.get_mut(&id) {
-                p.vms.insert(vmid);
-            }
-        }
-    }
-    if let Some(c) = ctx.params.get("comment")
-        && let Some(p) = cluster.pools.get_mut(&id)
-    {
-        p.comment = Some(c.to_string());
-    }
-    Ok(Value::Null)
 }

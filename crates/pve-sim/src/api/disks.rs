@@ -76,11 +76,19 @@ pub(super) fn check_qemu_drive(
         }
     }
     if let Some((sid, _)) = parse_allocation(file) {
-        let def = cluster.storage(node, sid)?;
+        // qemu-server @ e6352be6 `src/PVE/API2/Qemu.pm` `$check_storage_access`: a new disk's
+        // storage from `storage_config` (no node check; allocation in the worker finds out)
+        // and 400 `raise_param_exc({ storage => "storage 'x' does not support vm images" })`.
+        let def = cluster
+            .storages
+            .iter()
+            .find(|s| s.id == sid)
+            .ok_or_else(|| ApiError::die(format!("storage '{sid}' does not exist")))?;
         if !def.has_content("images") {
-            return Err(ApiError::die(format!(
-                "storage '{sid}' does not support vm images"
-            )));
+            return Err(ApiError::param(
+                "storage",
+                format!("storage '{sid}' does not support vm images"),
+            ));
         }
     } else if let Some(sid) = file.strip_suffix(":cloudinit") {
         cluster.storage(node, sid)?;

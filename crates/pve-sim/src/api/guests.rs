@@ -165,6 +165,11 @@ pub(super) fn status_index(ctx: &Ctx, kind: Kind) -> ApiResult {
     ]))
 }
 
+/// `GET .../status/current`: the live power state, not pvestatd's snapshot: qemu-server
+/// @ e6352be6 `src/PVE/API2/Qemu.pm` `vm_status` → `src/PVE/QemuServer.pm` `vmstatus`
+/// (`running` when `check_running` finds the QEMU pid); pve-container @ 94f55852
+/// `src/PVE/API2/LXC/Status.pm` `vm_status` → `src/PVE/LXC.pm` `vmstatus`
+/// (`list_active_containers`). Both need VM.Audit on the guest.
 pub(super) fn status_current(ctx: &Ctx, kind: Kind) -> ApiResult {
     let (node, vmid) = ids(ctx)?;
     let cluster = ctx.shared.cluster();

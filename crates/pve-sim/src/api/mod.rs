@@ -22,6 +22,7 @@ mod guests;
 mod lxc;
 mod network;
 mod permission;
+mod pools;
 mod qemu;
 mod storage;
 mod tasks;
@@ -311,11 +312,11 @@ async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
         E::Nodes => Ok(cluster::nodes(ctx).into()),
         E::NodeStatus => cluster::node_status(ctx).map(Into::into),
         E::Network => network::index(ctx).map(Into::into),
-        E::PoolList => cluster::pools(ctx).map(Into::into),
-        E::PoolCreate => cluster::pool_create(ctx).map(Into::into),
-        E::PoolGet => cluster::pool_get(ctx).map(Into::into),
-        E::PoolDelete => cluster::pool_delete(ctx).map(Into::into),
-        E::PoolUpdate => cluster::pool_update(ctx).map(Into::into),
+        E::PoolList => pools::pools(ctx).map(Into::into),
+        E::PoolCreate => pools::pool_create(ctx).map(Into::into),
+        E::PoolGet => pools::pool_get(ctx).map(Into::into),
+        E::PoolDelete => pools::pool_delete(ctx).map(Into::into),
+        E::PoolUpdate => pools::pool_update(ctx).map(Into::into),
         E::Permissions => access::permissions(ctx).map(Into::into),
         E::TicketGet => Ok(Value::Null.into()),
         E::TicketPost => access::ticket(ctx).await.map(Into::into),

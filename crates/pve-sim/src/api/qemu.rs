@@ -77,6 +77,13 @@ fn create_tags(
     Ok(config)
 }
 
+/// `POST /nodes/{node}/qemu` (qemu-server @ e6352be6 `src/PVE/API2/Qemu.pm` `create_vm`):
+/// the synchronous checks (pool, permissions, drives through `$check_storage_access`, MACs
+/// by `add_random_macs`), then the `qmcreate` worker (`create_disks`, the defaults it fills
+/// in, tags checked there), the config locked `create` meanwhile
+/// (pve-guest-common @ 4a8f6cb `src/PVE/AbstractConfig.pm` `create_and_lock_config`). The
+/// duplicate vmid is tested first here, inside `create_and_lock_config` on PVE
+/// (SOURCE-AUDIT.md §3: only the order differs when several errors coincide).
 pub(super) fn create(ctx: &Ctx) -> ApiResult {
     let node = ctx.node().to_string();
     let vmid = ctx.params.vmid("vmid")?;
@@ -205,6 +212,11 @@ fn build_vm(
     Ok(config)
 }
 
+/// `POST /nodes/{node}/qemu/{vmid}/clone` (qemu-server @ e6352be6 `src/PVE/API2/Qemu.pm`
+/// `clone_vm`): the source must exist on the node (`check_running` →
+/// `assert_config_exists_on_node`: `unable to find configuration file for VM N on node
+/// 'X'`), the new config is locked `clone` while the `qmclone` worker (id = source) copies
+/// the disks, holding the source's config lock.
 pub(super) fn clone(ctx: &Ctx) -> ApiResult {
     let node = ctx.node().to_string();
     let vmid = ctx.params.vmid("vmid")?;

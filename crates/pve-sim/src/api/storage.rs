@@ -15,25 +15,44 @@ use crate::error::{ApiError, ApiResult};
 use crate::storage::{self, StorageDef, Volume};
 use crate::task::{self, Prepare, TaskSpec, Work};
 
+/// One storage as `storage_info` reports it on `node` (pve-storage @ 0c56bad8
+/// `src/PVE/Storage.pm` `storage_info`): `enabled` is `storage_check_enabled($cfg, $storeid,
+/// undef, 1)` on the answering node, so a storage that is disabled or whose `nodes` list
+/// leaves the node out is `enabled 0`; only an enabled one is activated and gets
+/// `active 1` and its sizes, the others keep `total/used/avail 0`. `used_fraction` only when
+/// `total` is not zero (`Status.pm` `index`).
 fn storage_entry(cluster: &Cluster, node: &str, s: &StorageDef, with_id: bool) -> Value {
-    let used = cluster.used_bytes(node, &s.id);
+    let usable = s.enabled && s.is_on_node(node);
+    let (total, used) = if usable {
+        (s.total, cluster.used_bytes(node, &s.id))
+    } else {
+        (0, 0)
+    };
     let mut v = json!({
         "type": s.kind,
         "content": s.content_list(),
-        "enabled": u8::from(s.enabled),
-        "active": u8::from(s.enabled),
+        "enabled": u8::from(usable),
+        "active": u8::from(usable),
         "shared": u8::from(s.shared),
-        "total": s.total,
+        "total": total,
         "used": used,
-        "avail": s.total.saturating_sub(used),
+        "avail": total.saturating_sub(used),
     });
     if with_id {
         v["storage"] = s.id.clone().into();
-        v["used_fraction"] = (used as f64 / s.total.max(1) as f64).into();
+        if total > 0 {
+            v["used_fraction"] = (used as f64 / total as f64).into();
+        }
     }
     v
 }
 
+/// `GET /nodes/{node}/storage` (pve-storage @ 0c56bad8 `src/PVE/API2/Storage/Status.pm`
+/// `index` over `storage_info`): every storage of storage.cfg, those not usable on the node
+/// with `enabled 0, active 0` and zero sizes; `content=` keeps only enabled storages with
+/// one of the types; `enabled=1` drops only storages disabled in the config (`$scfg->{disable}`);
+/// `storage=` naming one `storage_info` did not report is 400 `No such storage.`; entries
+/// the caller holds neither Datastore.Audit nor Datastore.AllocateSpace on are left out.
 pub(super) fn index(ctx: &Ctx) -> ApiResult {
     let cluster = ctx.shared.cluster();
     let node = ctx.node();
@@ -42,6 +61,20 @@ pub(super) fn index(ctx: &Ctx) -> ApiResult {
     let only = ctx.params.get("storage");
     let enabled_only = ctx.params.flag("enabled").unwrap_or(false);
     let authid = ctx.authid();
+    let reported = |s: &&StorageDef| {
+        content.is_none_or(|c| {
+            s.enabled && s.is_on_node(node) && c.split(',').any(|c| s.has_content(c))
+        })
+    };
+    if let Some(only) = only
+        && !cluster
+            .storages
+            .iter()
+            .filter(reported)
+            .any(|s| s.id == only)
+    {
+        return Err(ApiError::param("storage", "No such storage."));
+    }
     // "Only list entries where you have 'Datastore.Audit' or 'Datastore.AllocateSpace'".
     let visible = |s: &&StorageDef| {
         cluster.acl.holds(
@@ -55,21 +88,27 @@ pub(super) fn index(ctx: &Ctx) -> ApiResult {
         cluster
             .storages
             .iter()
-            .filter(|s| s.is_on_node(node))
+            .filter(reported)
+            .filter(visible)
             .filter(|s| only.is_none_or(|o| o == s.id))
             .filter(|s| !enabled_only || s.enabled)
-            .filter(visible)
-            .filter(|s| content.is_none_or(|c| c.split(',').any(|c| s.has_content(c))))
             .map(|s| storage_entry(&cluster, node, s, true))
             .collect(),
     ))
 }
 
+/// `GET /nodes/{node}/storage/{storage}/status`: the storage's `storage_info` entry
+/// (so `enabled 0` and zero sizes when not usable on the node), 400 `No such storage.` for
+/// an id storage.cfg lacks (pve-storage @ 0c56bad8 `src/PVE/API2/Storage/Status.pm`
+/// `read_status`).
 pub(super) fn status(ctx: &Ctx) -> ApiResult {
     let cluster = ctx.shared.cluster();
     let node = ctx.node();
     cluster.node(node)?;
-    let s = cluster.storage(node, ctx.params.required("storage")?)?;
+    let sid = ctx.params.required("storage")?;
+    let Some(s) = cluster.storages.iter().find(|s| s.id == sid) else {
+        return Err(ApiError::param("storage", "No such storage."));
+    };
     Ok(storage_entry(&cluster, node, s, false))
 }
 
@@ -278,6 +317,15 @@ fn delete_access(
         .check(authid, &path, &["Datastore.Allocate"], false)
 }
 
+/// `POST /nodes/{node}/storage/{storage}/download-url`, as pve-storage @ 0c56bad8
+/// `src/PVE/API2/Storage/Status.pm` `download_url` and pve-common @ f665029e
+/// `src/PVE/Tools.pm` `download_file_from_url` do it: synchronously the storage checks
+/// (`storage_check_enabled`, file based, content type), the filename normalisation and the
+/// extension; then in the `download` worker the `compression` checks, the existing-file test
+/// (no checksum: `refusing to override existing file`; the right checksum: OK without a
+/// download), the fetch into a temporary file, the checksum, and the rename over the target.
+/// The log lines are PVE's, in PVE's order (`print` without a newline joins
+/// `calculating checksum...` and `OK, checksum verified` into one line).
 pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
     let p = &ctx.params;
     let node = ctx.node().to_string();
@@ -290,10 +338,11 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
     let verify = p.flag("verify-certificates").unwrap_or(true);
     let mut cluster = ctx.shared.cluster();
     cluster.node(&node)?;
-    let def = cluster.storage(&node, &sid)?.clone();
-    if !def.enabled {
+    // `storage_check_enabled`: disabled before the node restriction.
+    if cluster.storages.iter().any(|s| s.id == sid && !s.enabled) {
         return Err(ApiError::die(format!("storage '{sid}' is disabled")));
     }
+    let def = cluster.storage(&node, &sid)?.clone();
     if !def.is_file_based() {
         return Err(ApiError::die(format!(
             "can't upload to storage type '{}', not a file based storage!",
@@ -306,40 +355,52 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
         )));
     }
     download::check_extension(&content, &filename).map_err(|m| ApiError::param("filename", m))?;
-    if let Some(c) = p.get("compression") {
-        if content != "iso" {
-            return Err(ApiError::die(format!(
-                "decompression not supported for {content}"
-            )));
-        }
-        if !matches!(c, "gz" | "lzo" | "zst" | "bz2") {
-            return Err(ApiError::die("no decompression method found"));
-        }
-    }
     let dir = def.content_dir(&content);
     let path = format!("{dir}/{filename}");
     let volname = format!("{content}/{filename}");
-    let compressed = p.get("compression").is_some();
+    let compression = p.get("compression").map(str::to_owned);
     let shared = Arc::clone(&ctx.shared);
     let prepare_node = node.clone();
     let prepare: Prepare = Box::pin(async move {
+        let pair = checksum.zip(algorithm);
+        // The worker's own checks come first: `compression` has no enum in the schema
+        // (`enum => $PVE::Storage::Plugin::KNOWN_COMPRESSION_FORMATS` names a `use
+        // constant`, which is a sub, so the hash value is undef), so a wrong one fails here,
+        // in the task.
+        if let Some(c) = compression {
+            let error = if content != "iso" {
+                format!("decompression not supported for {content}")
+            } else if !matches!(c.as_str(), "gz" | "lzo" | "zst" | "bz2") {
+                "no decompression method found".to_string()
+            } else {
+                "decompression is not modelled by the simulator".to_string()
+            };
+            let work: Work = Box::new(move |_, _, injected| Err(injected.unwrap_or(error)));
+            return work;
+        }
+        // `-f $dest` is tested once, before the download starts; nothing locks the target.
         let existing = shared
             .cluster()
             .volume(&prepare_node, &format!("{sid}:{volname}"));
-        let pair = checksum.zip(algorithm);
         if let Some(existing) = existing {
             let work: Work = Box::new(move |_, log, injected| {
                 if let Some(m) = injected {
                     return Err(m);
                 }
+                log.push(format!("downloading {url} to {path}"));
                 let Some((expected, algo)) = pair else {
                     return Err(format!("refusing to override existing file '{path}'"));
                 };
                 let got = existing.checksums.get(&algo).cloned().unwrap_or_default();
                 if got == expected {
-                    log.push("OK, got correct file already, no need to download".to_string());
+                    log.push(
+                        "calculating checksum of existing file...OK, got correct file \
+                         already, no need to download"
+                            .to_string(),
+                    );
                     Ok(())
                 } else {
+                    log.push("calculating checksum of existing file...".to_string());
                     Err(format!(
                         "checksum mismatch: got '{got}' != expect '{expected}', aborting"
                     ))
@@ -347,34 +408,26 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
             });
             return work;
         }
-        let fetched = if compressed {
-            Err("decompression is not supported by the simulator".to_string())
-        } else {
-            download::fetch(&url, verify).await
-        };
+        let fetched = download::fetch(&url, verify).await;
         let work: Work = Box::new(move |c, log, injected| {
             if let Some(m) = injected {
                 return Err(m);
             }
             log.push(format!("downloading {url} to {path}"));
             let fetched = fetched?;
-            log.push(format!("download of '{url}' to '{path}' finished"));
             if let Some((expected, algo)) = pair {
-                log.push("calculating checksum...".to_string());
                 let got = fetched.checksums.get(&algo).cloned().unwrap_or_default();
                 if got != expected {
+                    log.push("calculating checksum...".to_string());
                     return Err(format!(
                         "checksum mismatch: got '{got}' != expect '{expected}'"
                     ));
                 }
-                log.push("checksum verified".to_string());
+                log.push("calculating checksum...OK, checksum verified".to_string());
             }
             let parsed = storage::parse_volname(&volname)?;
-            if c.volume(&prepare_node, &format!("{sid}:{volname}"))
-                .is_some()
-            {
-                return Err(format!("refusing to override existing file '{path}'"));
-            }
+            // The temporary file is renamed over the target: a download that started while
+            // the file was absent succeeds even if another one finished first.
             c.put_volume(
                 &prepare_node,
                 &sid,
@@ -389,6 +442,7 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
                 },
             )
             .map_err(|e| e.text())?;
+            log.push(format!("download of '{url}' to '{path}' finished"));
             Ok(())
         });
         work

@@ -95,12 +95,19 @@ fn find<'a>(tasks: &'a [Task], upid: &str) -> ApiResult<&'a Task> {
         .ok_or_else(|| ApiError::param("upid", "no such task"))
 }
 
+/// `GET /nodes/{node}/tasks/{upid}/status`: `running`/`stopped` and, once stopped, the
+/// `exitstatus` (`OK`, `WARNINGS: N`, or the last log line's error); an unknown UPID is 400
+/// `{"upid": "no such task"}` (pve-manager @ 14a22df3 `PVE/API2/Tasks.pm`
+/// `read_task_status`; pve-common @ f665029e `src/PVE/UPID.pm` `read_status`).
 pub(super) fn status(ctx: &Ctx) -> ApiResult {
     let upid = ctx.params.required("upid")?;
     let cluster = ctx.shared.cluster();
     Ok(find(&cluster.tasks, upid)?.to_status())
 }
 
+/// `GET /nodes/{node}/tasks/{upid}/log`: lines `{n, t}` from 1 with `start`/`limit`
+/// (default 50) and a `total`, `no content` for an empty log (pve-manager @ 14a22df3
+/// `PVE/API2/Tasks.pm` `read_task_log`).
 pub(super) fn log(ctx: &Ctx) -> ApiResult<Reply> {
     let upid = ctx.params.required("upid")?;
     let start = ctx.params.u64("start")?.unwrap_or(0) as usize;
@@ -121,6 +128,8 @@ pub(super) fn log(ctx: &Ctx) -> ApiResult<Reply> {
     Ok(Reply::with_total(Value::Array(items), total))
 }
 
+/// `DELETE /nodes/{node}/tasks/{upid}`: stops a running task (pve-manager @ 14a22df3
+/// `PVE/API2/Tasks.pm` `stop_task`).
 pub(super) fn stop(ctx: &Ctx) -> ApiResult {
     let upid = ctx.params.required("upid")?.to_string();
     let mut cluster = ctx.shared.cluster();

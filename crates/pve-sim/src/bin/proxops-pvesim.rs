@@ -20,8 +20,9 @@ struct Args {
     /// Serve plain HTTP instead of HTTPS.
     #[arg(long)]
     http: bool,
-    /// Seed file (JSON, or TOML when it ends in .toml); default: pve1..pve3 with local and
-    /// local-lvm.
+    /// Seed file (JSON, or TOML when it ends in .toml), or a built-in seed: `default`
+    /// (pve1..pve3 with local and local-lvm) or `realistic-3node` (a real 3-node PVE 9
+    /// cluster's shape with a shared NFS storage and per-type task durations).
     #[arg(long)]
     seed: Option<PathBuf>,
     /// Password of root@pam.
@@ -86,7 +87,10 @@ async fn main() -> ExitCode {
 #[allow(clippy::print_stdout)]
 async fn run(args: Args) -> anyhow::Result<()> {
     let seed = match &args.seed {
-        Some(path) => Seed::from_file(path)?,
+        Some(path) => match path.to_str().and_then(Seed::builtin) {
+            Some(seed) if !path.exists() => seed,
+            _ => Seed::from_file(path)?,
+        },
         None => Seed::default(),
     };
     let config = SimConfig {

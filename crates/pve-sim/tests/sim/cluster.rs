@@ -165,12 +165,18 @@ async fn pools_are_created_listed_and_hold_guests() {
     let s = sim().await;
     assert_eq!(s.post("/pools", &[("poolid", "lab")]).await.status, 200);
     let dup = s.post("/pools", &[("poolid", "lab")]).await;
-    assert_eq!(dup.message(), "pool 'lab' already exists\n");
+    assert_eq!(
+        dup.message(),
+        "create pool failed: pool 'lab' already exists\n"
+    );
     s.create_vm("100", &[("pool", "lab")]).await;
     let r = s.get("/pools/lab").await;
     assert_eq!(r.data()["members"][0]["vmid"], 100);
     let del = s.delete("/pools/lab", &[]).await;
-    assert_eq!(del.message(), "pool 'lab' is not empty (contains VM 100)\n");
+    assert_eq!(
+        del.message(),
+        "delete pool failed: pool 'lab' is not empty (contains VM 100)\n"
+    );
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ mod download;
 mod faults;
 mod lxc;
 mod permission;
+mod pools;
 mod qemu;
 mod snippets;
 mod storage;

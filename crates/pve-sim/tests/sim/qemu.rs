@@ -985,3 +985,19 @@ async fn a_config_post_that_imports_a_disk_answers_a_qmconfig_task_that_lasts_th
         "local-lvm:vm-100-disk-1,size=1G"
     );
 }
+
+#[tokio::test]
+async fn a_new_disk_on_a_storage_without_images_is_refused_400_on_the_storage_key() {
+    let s = sim().await;
+    let r = s
+        .post("/nodes/pve1/qemu", &[("vmid", "100"), ("scsi0", "local:8")])
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(
+        r.error("storage"),
+        "storage 'local' does not support vm images"
+    );
+    // Nothing was created: the vmid is free.
+    let r = s.get("/nodes/pve1/qemu/100/config").await;
+    assert_eq!(r.status, 500);
+}

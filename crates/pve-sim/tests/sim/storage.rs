@@ -61,3 +61,126 @@ async fn one_volume_can_be_read_and_deleted() {
     let list = s.get("/nodes/pve1/storage/local/content").await;
     assert_eq!(list.data().as_array().unwrap().len(), 0);
 }
+
+/// A seed with `nfs-iso` only on pve2 and `old-lvm` disabled, besides the defaults.
+async fn sim_with_restricted_storages() -> crate::Sim {
+    let mut seed = proxops_pve_sim::Seed::default();
+    seed.storages.push(proxops_pve_sim::StorageSeed {
+        storage: "nfs-iso".into(),
+        kind: "nfs".into(),
+        content: vec!["iso".into()],
+        nodes: Some(vec!["pve2".into()]),
+        shared: true,
+        path: None,
+        total: 1 << 40,
+        enabled: true,
+    });
+    seed.storages.push(proxops_pve_sim::StorageSeed {
+        storage: "old-lvm".into(),
+        kind: "lvmthin".into(),
+        content: vec!["images".into()],
+        nodes: None,
+        shared: false,
+        path: None,
+        total: 1 << 40,
+        enabled: false,
+    });
+    crate::sim_with(proxops_pve_sim::SimConfig {
+        seed,
+        tls: false,
+        task_duration: crate::TASK,
+        ..proxops_pve_sim::SimConfig::default()
+    })
+    .await
+}
+
+fn entry<'a>(list: &'a serde_json::Value, storage: &str) -> Option<&'a serde_json::Value> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["storage"] == storage)
+}
+
+#[tokio::test]
+async fn the_storage_list_shows_every_configured_storage_with_enabled_and_active_as_storage_info_does()
+ {
+    let s = sim_with_restricted_storages().await;
+    let r = s.get("/nodes/pve1/storage").await;
+    let list = r.data();
+    let local = entry(list, "local").unwrap();
+    assert_eq!(
+        (local["enabled"].as_u64(), local["active"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(local["total"].as_u64().unwrap() > 0);
+    // Not available on pve1: listed, enabled 0, active 0, zero sizes.
+    let nfs = entry(list, "nfs-iso").expect("a node-restricted storage is listed");
+    assert_eq!(
+        (nfs["enabled"].as_u64(), nfs["active"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        (
+            nfs["total"].as_u64(),
+            nfs["used"].as_u64(),
+            nfs["avail"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0))
+    );
+    assert!(nfs.get("used_fraction").is_none(), "{nfs}");
+    // Disabled: listed with zero sizes as well.
+    let old = entry(list, "old-lvm").expect("a disabled storage is listed");
+    assert_eq!(
+        (old["enabled"].as_u64(), old["total"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // On pve2 the NFS storage is usable.
+    let r = s.get("/nodes/pve2/storage").await;
+    let nfs = entry(r.data(), "nfs-iso").unwrap();
+    assert_eq!(
+        (nfs["enabled"].as_u64(), nfs["active"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(nfs["total"].as_u64(), Some(1 << 40));
+}
+
+#[tokio::test]
+async fn a_content_filter_drops_storages_that_are_disabled_or_not_on_the_node() {
+    let s = sim_with_restricted_storages().await;
+    let r = s.get_q("/nodes/pve1/storage", &[("content", "iso")]).await;
+    let ids: Vec<&str> = r
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["storage"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["local"]);
+    let r = s
+        .get_q("/nodes/pve1/storage", &[("content", "images")])
+        .await;
+    assert!(entry(r.data(), "old-lvm").is_none(), "{:?}", r.data());
+    // `enabled=1` drops only what the config disables; a node restriction stays listed.
+    let r = s.get_q("/nodes/pve1/storage", &[("enabled", "1")]).await;
+    assert!(entry(r.data(), "old-lvm").is_none());
+    assert!(entry(r.data(), "nfs-iso").is_some());
+}
+
+#[tokio::test]
+async fn naming_a_storage_the_listing_does_not_report_is_no_such_storage() {
+    let s = sim_with_restricted_storages().await;
+    let r = s
+        .get_q(
+            "/nodes/pve1/storage",
+            &[("storage", "nfs-iso"), ("content", "iso")],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.error("storage"), "No such storage.");
+    let r = s.get("/nodes/pve1/storage/nfs-iso/status").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.data()["enabled"], 0);
+    let r = s.get("/nodes/pve1/storage/nowhere/status").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error("storage"), "No such storage.");
+}
