@@ -124,6 +124,11 @@ pub fn confirm(question: &str) -> anyhow::Result<bool> {
     ))
 }
 
+/// One line of a command's answer on stdout (`proxops freeze`).
+pub fn print_line(text: &str) {
+    println!("{text}");
+}
+
 /// A short note on stderr.
 pub fn note(text: &str) {
     eprintln!("note: {text}");

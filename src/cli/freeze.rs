@@ -16,6 +16,7 @@ use crate::agent::database_path;
 use crate::cli::Exit;
 use crate::cli::pass::DEFAULT_CONFIG;
 use crate::config::AgentConfig;
+use crate::output;
 use crate::timefmt::rfc3339;
 
 /// Arguments of `proxops freeze`.
@@ -96,29 +97,26 @@ pub fn run(args: &Args) -> anyhow::Result<Exit> {
         since: now,
     };
     store.set_freeze(&freeze)?;
-    match freeze.until {
-        Some(until) => println!(
-            "frozen until {}: the agent holds every write (drift is still reported)",
-            rfc3339(until)
-        ),
-        None => println!(
-            "frozen until proxops unfreeze: the agent holds every write (drift is still reported)"
-        ),
-    }
+    let until = freeze
+        .until
+        .map_or_else(|| "proxops unfreeze".to_owned(), rfc3339);
+    output::print_line(&format!(
+        "frozen until {until}: the agent holds every write (drift is still reported)"
+    ));
     Ok(Exit::Success)
 }
 
 /// Removes the freeze.
 pub fn unfreeze(args: &UnfreezeArgs) -> anyhow::Result<Exit> {
     let mut store = open_store(&args.config)?;
-    match store.clear_freeze()? {
-        Some(old) => println!(
+    output::print_line(&match store.clear_freeze()? {
+        Some(old) => format!(
             "unfrozen (frozen by {} since {}); the agent's next pass may write",
             old.who,
             rfc3339(old.since)
         ),
-        None => println!("not frozen; nothing to do"),
-    }
+        None => "not frozen; nothing to do".to_owned(),
+    });
     Ok(Exit::Success)
 }
 

@@ -4,7 +4,8 @@
 //! be added without being classed. The levels:
 //!
 //! - `safe`: nothing running changes behaviour and nothing is lost: downloads, creates and
-//!   clones of new guests, starts, snippet writes (content-addressed new files), config writes
+//!   clones of new guests, starts, pool moves (`PUT /pools`: membership and the permissions
+//!   it grants, nothing in the guest), snippet writes (content-addressed new files), config writes
 //!   that only touch keys PVE applies at once even on a running VM, and the removal of a
 //!   ProxOps snippet no guest names (see below).
 //! - `risky`: a running guest can change behaviour or stop: any other config write (disks,
@@ -117,6 +118,7 @@ pub fn risk(action: &Action) -> Risk {
         | Verb::RemoveSnippet(_)
         | Verb::Create(_)
         | Verb::Clone(_)
+        | Verb::Pool(_)
         | Verb::Start(_) => Risk::Safe,
         Verb::Update(update) => update_risk(update),
         Verb::Shutdown(_) | Verb::Reboot(_) | Verb::Promote(_) => Risk::Risky,
@@ -234,7 +236,7 @@ mod tests {
 
     use super::*;
     use crate::guest::GuestType;
-    use crate::plan::{CloneFrom, Create, Download, Grow, GuestRef, Snippet};
+    use crate::plan::{CloneFrom, Create, Download, Grow, GuestRef, PoolMove, Snippet};
     use crate::resource::{Kind, ResourceId};
 
     fn action(verb: Verb) -> Action {
@@ -308,6 +310,7 @@ mod tests {
                     guest_type: GuestType::Qemu,
                     params: BTreeMap::new(),
                     grow: Vec::new(),
+                    after: BTreeMap::new(),
                 }),
                 Risk::Safe,
             ),
@@ -318,10 +321,21 @@ mod tests {
                     source: "base".to_owned(),
                     source_vmid: 9000,
                     name: "web".to_owned(),
+                    pool: None,
                 }),
                 Risk::Safe,
             ),
             ("start", Verb::Start(GUEST), Risk::Safe),
+            (
+                "pool",
+                Verb::Pool(PoolMove {
+                    vmid: 100,
+                    guest_type: GuestType::Qemu,
+                    pool: "prod".to_owned(),
+                    from: None,
+                }),
+                Risk::Safe,
+            ),
             (
                 "update of tags and description",
                 update(&["tags", "description"], &[], false, false),
@@ -402,6 +416,7 @@ mod tests {
             "create",
             "clone",
             "update",
+            "pool",
             "shutdown",
             "promote",
             "start",
