@@ -198,6 +198,8 @@ pub struct Policy {
     pub write_breaker_threshold: u32,
     /// How long the agent stays read-only before probing with one write.
     pub write_breaker_cool_down: Duration,
+    /// `[[policy.window]]`: when writes may happen (UTC); empty: always.
+    pub windows: Vec<crate::agent::window::Window>,
 }
 
 /// `[policy] mode`.
@@ -337,6 +339,7 @@ struct RawPolicy {
     task_timeout: Option<String>,
     write_breaker_threshold: Option<u32>,
     write_breaker_cool_down: Option<String>,
+    window: Option<Vec<crate::agent::window::RawWindow>>,
 }
 
 impl AgentConfig {
@@ -682,7 +685,10 @@ impl AgentConfig {
                 .map_err(|e| invalid("policy.write_breaker_cool_down", format!("`{text}`: {e}")))?,
             None => DEFAULT_WRITE_BREAKER_COOL_DOWN,
         };
+        let windows = crate::agent::window::parse(p.window.as_deref().unwrap_or_default())
+            .map_err(|(key, message)| invalid(&key, message))?;
         let policy = Policy {
+            windows,
             write_breaker_threshold: p
                 .write_breaker_threshold
                 .unwrap_or(DEFAULT_WRITE_BREAKER_THRESHOLD),

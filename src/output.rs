@@ -124,6 +124,11 @@ pub fn confirm(question: &str) -> anyhow::Result<bool> {
     ))
 }
 
+/// One line of a command's answer on stdout (`proxops freeze`).
+pub fn print_line(text: &str) {
+    println!("{text}");
+}
+
 /// A short note on stderr.
 pub fn note(text: &str) {
     eprintln!("note: {text}");
@@ -185,6 +190,27 @@ pub fn print_status(status: &crate::http::StatusJson) {
                 .map(|t| format!(" until {t}"))
                 .unwrap_or_default()
         );
+    }
+    let writes = &status.writes;
+    if let Some(f) = &writes.frozen {
+        println!(
+            "FROZEN by {} since {}{}{}",
+            f.who,
+            f.since,
+            f.until.as_deref().map_or_else(
+                || " until proxops unfreeze".to_owned(),
+                |t| format!(" until {t}")
+            ),
+            if f.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", f.reason)
+            }
+        );
+    }
+    println!("writes: {}", writes.line());
+    for window in &writes.windows {
+        println!("  {window} (UTC)");
     }
     if let Some(p) = &status.last_force_push {
         println!(

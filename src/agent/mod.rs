@@ -25,6 +25,7 @@ pub mod pass;
 pub mod retry;
 pub mod schedule;
 pub mod status;
+pub mod window;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -157,6 +158,7 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             config.policy.write_breaker_threshold,
             config.policy.write_breaker_cool_down,
         );
+    kept.live.set_windows(config.policy.windows.clone());
     let notifier = crate::notify::Notifier::start(
         &config.notify,
         &kept.store,

@@ -24,6 +24,7 @@ use crate::agent::breaker::{Breaker, Permit};
 use crate::agent::gate;
 use crate::agent::retry::{PassEnd, Verdict};
 use crate::agent::status::{self, BreakerView, LastPass, LiveStatus};
+use crate::agent::window;
 use crate::error_chain::error_text;
 use crate::execute::{ApplyReport, Event, LevelGate, Outcome, Progress};
 use crate::metrics::Metrics;
@@ -624,6 +625,26 @@ impl Hooks for AgentHooks<'_> {
     }
 
     fn approve(&mut self, plan: &Plan) -> Approval {
+        // The freeze and the write windows first: while they hold writes, nothing is sent
+        // (the breaker is not asked, so no probe is spent); the pass observed and recorded
+        // its findings already, and every action is recorded skipped with the reason.
+        if let Err(held) = self.writes_held() {
+            let reason = held.sentence();
+            tracing::info!(%reason, "writes held");
+            self.gated = Some(GateSummary {
+                probed: false,
+                held: plan.actions().count(),
+                reason: Some(reason.clone()),
+            });
+            return Approval::Part {
+                run: Plan {
+                    levels: Vec::new(),
+                    ..plan.clone()
+                },
+                held: plan.actions().cloned().collect(),
+                reason,
+            };
+        }
         let permit = gate::permit(&self.deps.breaker);
         with_store(&self.deps.store, |s| {
             log_store_error(s.note_write_breaker(self.pass, permit.mark))
@@ -650,7 +671,39 @@ impl Hooks for AgentHooks<'_> {
     }
 
     fn before_level(&mut self, index: usize) -> LevelGate {
+        // A freeze set, or a window closed, while the pass runs holds the later levels.
+        if index > 0
+            && let Err(held) = self.writes_held()
+        {
+            return LevelGate::HoldBack(held.sentence());
+        }
         gate::between_levels(&self.deps.breaker, index)
+    }
+}
+
+impl AgentHooks<'_> {
+    /// Whether the freeze recorded in the store and `[[policy.window]]` allow a write now.
+    /// An unreadable freeze holds writes (fail closed: the operator may have frozen).
+    fn writes_held(&self) -> Result<(), window::Held> {
+        let freeze = with_store(&self.deps.store, |s| s.freeze());
+        let freeze = match freeze {
+            Ok(freeze) => freeze,
+            Err(error) => {
+                let text = error_text(&error);
+                tracing::warn!(error = %text, "reading the freeze failed; writes are held");
+                return Err(window::Held {
+                    reason: format!(
+                        "the freeze could not be read from the state database ({text})"
+                    ),
+                    next_allowed: None,
+                });
+            }
+        };
+        window::write_allowed(
+            chrono::Utc::now(),
+            &self.deps.live.windows(),
+            freeze.as_ref(),
+        )
     }
 }
 

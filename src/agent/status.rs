@@ -34,6 +34,7 @@ struct Inner {
     last_error: Option<String>,
     passes_completed: u64,
     breaker: BreakerView,
+    windows: Vec<crate::agent::window::Window>,
 }
 
 /// The write circuit breaker as reported on `/status`, `/api/v1/status` and `/metrics`.
@@ -281,6 +282,16 @@ impl LiveStatus {
     /// The last source error.
     pub fn last_error(&self) -> Option<String> {
         self.lock().last_error.clone()
+    }
+
+    /// Sets `[[policy.window]]` of the configuration in force (at start and reload).
+    pub fn set_windows(&self, windows: Vec<crate::agent::window::Window>) {
+        self.lock().windows = windows;
+    }
+
+    /// `[[policy.window]]` of the configuration in force.
+    pub fn windows(&self) -> Vec<crate::agent::window::Window> {
+        self.lock().windows.clone()
     }
 
     /// Publishes the write circuit breaker's state.

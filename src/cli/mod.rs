@@ -12,6 +12,7 @@ pub mod check;
 pub mod completions;
 pub mod demo;
 pub mod drift;
+pub mod freeze;
 pub mod migrate_config;
 pub mod pass;
 pub mod plan;
@@ -56,6 +57,10 @@ enum Command {
     Status(status::Args),
     /// Show open drift findings (asks the running agent).
     Drift(drift::Args),
+    /// Hold every write of the agent (drift is still observed and reported).
+    Freeze(freeze::Args),
+    /// Lift a freeze: the agent's next pass may write again.
+    Unfreeze(freeze::UnfreezeArgs),
     /// Print the JSON Schema of the manifest format (for editors and the YAML language server).
     Schema(schema::Args),
     /// Write manifests for the guests and files already on PVE (reads only; never writes to PVE).
@@ -111,6 +116,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Agent(args) => runtime()?.block_on(agent::run(&args)),
         Command::Status(args) => runtime()?.block_on(status::run(&args)),
         Command::Drift(args) => runtime()?.block_on(drift::run(&args)),
+        Command::Freeze(args) => freeze::run(&args),
+        Command::Unfreeze(args) => freeze::unfreeze(&args),
         Command::Demo(args) => runtime()?.block_on(demo::run(&args)),
     }
 }

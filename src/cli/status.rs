@@ -18,7 +18,7 @@ use crate::agent::{database_path, http_addr_path, node_label};
 use crate::cli::Exit;
 use crate::cli::pass::DEFAULT_CONFIG;
 use crate::config::AgentConfig;
-use crate::http::{StatusJson, status_from_store};
+use crate::http::{StatusJson, status_from_store_with};
 use crate::output;
 
 /// Arguments of `proxops status`.
@@ -34,8 +34,15 @@ pub struct Args {
 
 /// Prints the status.
 pub async fn run(args: &Args) -> anyhow::Result<Exit> {
-    let status: StatusJson =
-        ask_agent_or_store(&args.config, "/api/v1/status", status_from_store).await?;
+    // Read from the database (no agent answers), writes are judged with this config's
+    // `[[policy.window]]`, as the agent would.
+    let windows = AgentConfig::load(&args.config)
+        .map(|c| c.policy.windows)
+        .unwrap_or_default();
+    let status: StatusJson = ask_agent_or_store(&args.config, "/api/v1/status", |s, node| {
+        status_from_store_with(s, node, &windows)
+    })
+    .await?;
     if args.json {
         output::print_json(&status)?;
     } else {

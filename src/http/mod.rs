@@ -198,6 +198,9 @@ pub struct ActionJson {
     pub exitstatus: Option<String>,
     /// The error (failed) or the reason (skipped).
     pub error: Option<String>,
+    /// `safe`, `risky` or `destructive`; `None` for actions recorded before risk levels.
+    #[serde(default)]
+    pub risk: Option<String>,
 }
 
 impl From<&ActionRecord> for ActionJson {
@@ -226,6 +229,7 @@ impl From<&ActionRecord> for ActionJson {
             result: a.outcome.as_ref().map(|o| o.as_str().to_owned()),
             exitstatus,
             error,
+            risk: a.risk.map(|r| r.name().to_owned()),
         }
     }
 }
@@ -362,6 +366,10 @@ pub struct StatusJson {
     /// sentence every view shows.
     #[serde(default)]
     pub head_invalid: Option<InvalidHead>,
+    /// Whether writes are allowed now: the freeze (`proxops freeze`) and `[[policy.window]]`,
+    /// and when the next write is allowed.
+    #[serde(default)]
+    pub writes: crate::agent::window::WritesView,
 }
 
 /// `/api/v1/drift`.
@@ -399,11 +407,23 @@ async fn read_store<T: Send + 'static>(
     }
 }
 
-/// Status from the store (shared with `proxops status` when no agent answers).
+/// Status from the store (shared with `proxops status` when no agent answers), judging
+/// writes by the freeze alone ([`status_from_store_with`] adds the windows).
 pub fn status_from_store(
     store: &proxops_store::Store,
     node: &str,
 ) -> Result<StatusJson, proxops_store::StoreError> {
+    status_from_store_with(store, node, &[])
+}
+
+/// Status from the store, with whether `windows` and the recorded freeze allow a write now.
+pub fn status_from_store_with(
+    store: &proxops_store::Store,
+    node: &str,
+    windows: &[crate::agent::window::Window],
+) -> Result<StatusJson, proxops_store::StoreError> {
+    let writes =
+        crate::agent::window::writes_view(chrono::Utc::now(), windows, store.freeze()?.as_ref());
     let last_attempted = store.last_attempted(node)?;
     // Without a running agent, the last pass's notes are the best account of staleness and
     // of the breaker (its cool-down is not persisted: a restarted agent starts closed).
@@ -439,6 +459,7 @@ pub fn status_from_store(
         last_force_push: store.last_force_pushed(node)?.as_ref().map(PassJson::from),
         enforced_commit,
         head_invalid,
+        writes,
     })
 }
 
@@ -657,16 +678,34 @@ async fn go_status(State(state): State<HttpState>) -> Json<serde_json::Value> {
             "head_invalid": l.head_invalid,
         })
     });
+    // Whether writes are allowed now (freeze and windows): read per request, so a freeze
+    // the CLI just wrote shows before the next pass.
+    let windows = state.live.windows();
+    let writes = read_store(&state.store, move |s| {
+        Ok(crate::agent::window::writes_view(
+            chrono::Utc::now(),
+            &windows,
+            s.freeze()?.as_ref(),
+        ))
+    })
+    .await
+    .ok();
     Json(json!({
         "process_start": rfc3339(state.live.process_start),
         "last_cycle": last_cycle,
         "objects": objects,
+        "writes": writes,
     }))
 }
 
 async fn api_status(State(state): State<HttpState>) -> Response {
     let node = state.node_label.clone();
-    match read_store(&state.store, move |s| status_from_store(s, &node)).await {
+    let windows = state.live.windows();
+    match read_store(&state.store, move |s| {
+        status_from_store_with(s, &node, &windows)
+    })
+    .await
+    {
         Ok(mut status) => {
             status.process_start = Some(rfc3339(state.live.process_start));
             status.desired_stale = state.live.desired_stale();

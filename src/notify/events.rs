@@ -49,6 +49,8 @@ pub struct ActionFact {
     pub error: Option<String>,
     /// The PVE task, when one was started.
     pub upid: Option<String>,
+    /// `safe`, `risky` or `destructive` (issue 19); `None` for actions recorded before.
+    pub risk: Option<String>,
 }
 
 /// The identity of a finding across passes: (node, resource, finding kind, field).
@@ -498,6 +500,7 @@ mod tests {
             result: "failed".into(),
             error: Some("500 no space".into()),
             upid: None,
+            risk: None,
         }];
         let mut other = failed.clone();
         other.actions[0].error = Some("500 locked".into());

@@ -65,7 +65,14 @@ fn redact(text: &str) -> String {
 }
 
 fn action_line(a: &ActionFact) -> String {
-    let mut line = format!("{} {} on {}: {}", a.verb, a.resource, a.node, a.result);
+    let marker = match a.risk.as_deref() {
+        Some(risk @ ("risky" | "destructive")) => format!(" [{risk}]"),
+        _ => String::new(),
+    };
+    let mut line = format!(
+        "{}{marker} {} on {}: {}",
+        a.verb, a.resource, a.node, a.result
+    );
     if let Some(error) = &a.error {
         line.push_str(&format!(" ({error})"));
     }
@@ -295,6 +302,7 @@ pub fn webhook(event: &Event) -> Value {
             "result": a.result,
             "error": a.error.as_deref().map(redact),
             "upid": a.upid,
+            "risk": a.risk,
         })).collect::<Vec<_>>(),
         "findings": event.findings.iter().map(|f| json!({
             "resource": f.resource,
@@ -458,6 +466,39 @@ mod tests {
     }
 
     #[test]
+    fn risky_and_destructive_actions_are_marked_and_safe_ones_are_not() {
+        let fact = |verb: &str, risk: Option<&str>| ActionFact {
+            resource: "VM/web".into(),
+            node: "pve1".into(),
+            verb: verb.into(),
+            reason: String::new(),
+            result: "succeeded".into(),
+            error: None,
+            upid: None,
+            risk: risk.map(Into::into),
+        };
+        assert_eq!(
+            action_line(&fact("delete", Some("destructive"))),
+            "delete [destructive] VM/web on pve1: succeeded"
+        );
+        assert_eq!(
+            action_line(&fact("reboot", Some("risky"))),
+            "reboot [risky] VM/web on pve1: succeeded"
+        );
+        assert_eq!(
+            action_line(&fact("start", Some("safe"))),
+            "start VM/web on pve1: succeeded"
+        );
+        assert_eq!(
+            action_line(&fact("start", None)),
+            "start VM/web on pve1: succeeded"
+        );
+        let mut event = drift_event();
+        event.actions = vec![fact("delete", Some("destructive"))];
+        assert_eq!(webhook(&event)["actions"][0]["risk"], "destructive");
+    }
+
+    #[test]
     fn credentials_in_an_action_error_are_redacted_in_every_format() {
         let mut event = drift_event();
         event.kind = EventKind::Failed;
@@ -469,6 +510,7 @@ mod tests {
             result: "failed".into(),
             error: Some("fetching https://user:hunter2@files.example.org/a.iso: 404".into()),
             upid: None,
+            risk: Some("safe".into()),
         }];
         for payload in [
             webhook(&event),

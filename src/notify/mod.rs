@@ -341,6 +341,7 @@ fn read_facts(
                 result: result.to_owned(),
                 error,
                 upid: a.upid,
+                risk: a.risk.map(|r| r.name().to_owned()),
             }
         })
         .collect();

@@ -10,6 +10,7 @@ use std::fmt;
 use std::time::SystemTime;
 
 use proxops_core::plan::Action;
+use proxops_core::plan::risk::{Risk, risk};
 use proxops_core::resource::ResourceId;
 use rusqlite::{OptionalExtension, Row, params};
 
@@ -145,10 +146,12 @@ pub struct ActionRecord {
     pub ended_at: Option<SystemTime>,
     /// How it ended; `None` while it runs.
     pub outcome: Option<ActionOutcome>,
+    /// Its risk level; `None` for actions recorded before schema version 4.
+    pub risk: Option<Risk>,
 }
 
 const ACTION_COLUMNS: &str = "id, pass_id, resource_kind, resource_name, node, verb, detail, \
-     reason, started_at, upid, ended_at, result, exitstatus, error";
+     reason, started_at, upid, ended_at, result, exitstatus, error, risk";
 
 /// An action row as read, before its names and JSON are parsed.
 struct RawAction {
@@ -166,6 +169,7 @@ struct RawAction {
     result: Option<String>,
     exitstatus: Option<String>,
     error: Option<String>,
+    risk: Option<String>,
 }
 
 fn raw_action(row: &Row<'_>) -> rusqlite::Result<RawAction> {
@@ -184,6 +188,7 @@ fn raw_action(row: &Row<'_>) -> rusqlite::Result<RawAction> {
         result: row.get(11)?,
         exitstatus: row.get(12)?,
         error: row.get(13)?,
+        risk: row.get(14)?,
     })
 }
 
@@ -202,7 +207,7 @@ impl Store {
         let detail = serde_json::to_string(&action.verb).map_err(self.encode_error(operation))?;
         let inserted = self.conn.execute(
             "INSERT INTO actions (pass_id, resource_kind, resource_name, node, verb, detail, \
-             reason, started_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             reason, started_at, risk) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 pass.0,
                 action.resource.kind.as_str(),
@@ -211,7 +216,8 @@ impl Store {
                 action.verb.name(),
                 redact(&detail),
                 redact(&action.reason),
-                to_millis(at)
+                to_millis(at),
+                risk(action).name()
             ],
         );
         match inserted {
@@ -380,6 +386,10 @@ impl Store {
             }),
             Some(other) => return Err(self.corrupt(operation, other)),
         };
+        let risk = match raw.risk.as_deref() {
+            None => None,
+            Some(text) => Some(Risk::parse(text).ok_or_else(|| self.corrupt(operation, text))?),
+        };
         Ok(ActionRecord {
             id: ActionId(raw.id),
             pass_id: PassId(raw.pass_id),
@@ -392,6 +402,7 @@ impl Store {
             upid: raw.upid,
             ended_at: raw.ended_at.map(from_millis),
             outcome,
+            risk,
         })
     }
 }

@@ -26,7 +26,8 @@
 //!
 //! Layout: [`migrations`] (versioned schema), [`passes`] (one row per pass, its counts and
 //! diagnostics), [`pass_notes`] (what a pass noted: git errors, breaker marks), [`actions`]
-//! (with the UPIDs of their PVE tasks, stored as text), [`drift`], [`inventory`].
+//! (with the UPIDs of their PVE tasks, stored as text, and their risk level), [`drift`],
+//! [`inventory`], [`freeze`] (the operator's `proxops freeze`).
 //!
 //! Boundary: this crate knows SQLite and `proxops-core`'s types, nothing of the executor, the
 //! agent or PVE's client; the `proxops` package converts its executor's results into the row
@@ -40,6 +41,7 @@
 
 pub mod actions;
 pub mod drift;
+pub mod freeze;
 pub mod inventory;
 pub mod migrations;
 pub mod pass_notes;
@@ -54,6 +56,7 @@ use rusqlite::{Connection, OpenFlags};
 
 pub use actions::{ActionId, ActionOutcome, ActionRecord, RunningTask};
 pub use drift::{DriftRecord, DriftUpdate, Resolution};
+pub use freeze::Freeze;
 pub use inventory::OwnedGuest;
 pub use pass_notes::{BreakerMark, PassNotes};
 pub use passes::{Enforced, PassCounts, PassId, PassOutcome, PassSummary, Trigger};

@@ -16,7 +16,12 @@ use rusqlite::Connection;
 use super::{Result, StoreError};
 
 /// Every migration, oldest first.
-pub const MIGRATIONS: &[&str] = &[V1_INITIAL, V2_PASS_NOTES, V3_ENFORCED_AND_DRIFT_PASSES];
+pub const MIGRATIONS: &[&str] = &[
+    V1_INITIAL,
+    V2_PASS_NOTES,
+    V3_ENFORCED_AND_DRIFT_PASSES,
+    V4_RISK_AND_FREEZE,
+];
 
 /// Version 1: passes, actions, drift findings, inventory.
 const V1_INITIAL: &str = r"
@@ -123,6 +128,20 @@ ALTER TABLE drift_findings ADD COLUMN resolved_pass INTEGER;
 ALTER TABLE drift_findings ADD COLUMN resolution TEXT CHECK (resolution IN
     ('corrected-by-pass', 'manifest-changed', 'fixed-in-pve', 'gone'));
 CREATE INDEX passes_enforced ON passes (node, id) WHERE enforced_revision IS NOT NULL;
+";
+
+/// Version 4 (issue 19): each action's risk level (`NULL` for actions recorded before), and
+/// the operator's freeze (`proxops freeze`): at most one row, `until_at` `NULL` for a freeze
+/// without end.
+const V4_RISK_AND_FREEZE: &str = r"
+ALTER TABLE actions ADD COLUMN risk TEXT CHECK (risk IN ('safe', 'risky', 'destructive'));
+CREATE TABLE freeze (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    until_at  INTEGER,
+    reason    TEXT    NOT NULL,
+    who       TEXT    NOT NULL,
+    since_at  INTEGER NOT NULL
+) STRICT;
 ";
 
 /// The schema version this binary writes.
@@ -275,7 +294,7 @@ mod tests {
             id
         };
         let mut store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 3);
+        assert_eq!(store.schema_version().unwrap(), latest());
         let resolved = store.recent_resolved(None, 10).unwrap();
         assert_eq!(resolved.len(), 1);
         assert_eq!(resolved[0].resolved_how, Some(crate::Resolution::Corrected));
@@ -315,6 +334,45 @@ mod tests {
         assert_eq!(
             resolved[0].resolved_how,
             Some(crate::Resolution::CorrectedByPass(pass))
+        );
+    }
+
+    #[test]
+    fn a_version_3_database_keeps_its_actions_without_a_risk_and_records_new_ones_with_it() {
+        use crate::actions::tests::{at, download};
+        let (_dir, path) = db_path();
+        let (pass, old) = {
+            let mut store = Store::open_with(
+                &path,
+                &[V1_INITIAL, V2_PASS_NOTES, V3_ENFORCED_AND_DRIFT_PASSES],
+            )
+            .unwrap();
+            let pass = store
+                .begin_pass("pve1", Some("aaa"), crate::Trigger::Poll, at(0))
+                .unwrap();
+            // Written as version 3 did: no risk column.
+            store
+                .conn
+                .execute(
+                    "INSERT INTO actions (pass_id, resource_kind, resource_name, node, verb, \
+                     detail, reason, started_at) VALUES (?1, 'ISO', 'old', 'pve1', \
+                     'download', '{}', 'r', 0)",
+                    [pass.0],
+                )
+                .unwrap();
+            (pass, store.conn.last_insert_rowid())
+        };
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 4);
+        assert_eq!(store.freeze().unwrap(), None);
+        let iso = download("debian", "pve1", "https://example.org/debian.iso");
+        let new = store.record_action_started(pass, &iso, at(1)).unwrap();
+        let actions = store.actions_of(pass).unwrap();
+        assert_eq!(actions.len(), 2);
+        assert_eq!((actions[0].id.0, actions[0].risk), (old, None));
+        assert_eq!(
+            (actions[1].id, actions[1].risk),
+            (new, Some(proxops_core::plan::risk::Risk::Safe))
         );
     }
 

@@ -160,8 +160,9 @@ fn report_mode(state: &HttpState) -> bool {
 async fn overview_page(State(ui): State<Ui>) -> Response {
     let state = &ui.http;
     let node = state.node_label.clone();
+    let windows = state.live.windows();
     let read = read_store(&state.store, move |s| {
-        let status = status_from_store(s, &node)?;
+        let status = crate::http::status_from_store_with(s, &node, &windows)?;
         let open: Vec<DriftJson> = s.open_findings(None)?.iter().map(DriftJson::from).collect();
         let recent: Vec<PassJson> = s
             .recent_passes(Some(&node), 8)?
@@ -381,6 +382,10 @@ pub(crate) mod testing {
             last_force_push: None,
             enforced_commit: applied_commit,
             head_invalid: None,
+            writes: crate::agent::window::WritesView {
+                allowed: true,
+                ..Default::default()
+            },
         }
     }
 

@@ -109,6 +109,25 @@ fn banners(o: &Overview, out: &mut String) {
                 .unwrap_or_default()
         );
     }
+    let writes = &o.status.writes;
+    if let Some(held) = &writes.held {
+        let (id, title) = if writes.frozen.is_some() {
+            ("flag-frozen", "Frozen")
+        } else {
+            ("flag-window", "Outside the write windows")
+        };
+        let _ = write!(
+            out,
+            "<p class=\"banner bad\" id=\"{id}\"><b>{title}:</b> {}; writes are held, drift is \
+             still observed and reported. Next write allowed: {}.</p>",
+            escape(held),
+            match (&writes.next_allowed, &writes.frozen) {
+                (Some(t), _) => time(Some(t)),
+                (None, Some(_)) => "after <code>proxops unfreeze</code>".to_owned(),
+                (None, None) => "unknown (no allow window opens again)".to_owned(),
+            }
+        );
+    }
     if o.report_mode {
         out.push_str(
             "<p class=\"banner neutral\" id=\"flag-report\"><b>Report mode:</b> \

@@ -1,4 +1,4 @@
-//! One pass at `/ui/passes/{id}`: its revision and notes, each action (verb, resource, reason,
+//! One pass at `/ui/passes/{id}`: its revision and notes, each action (verb, risk, resource, reason,
 //! UPID, duration, result, error), the findings open while it ran, and the diagnostics of an
 //! invalid revision (`path:line:col: error: field: message`).
 
@@ -32,6 +32,8 @@ pub struct ActionView {
     pub result: String,
     /// PVE's error, the skip reason, or a task's exit status other than `OK`.
     pub detail: Option<String>,
+    /// `safe`, `risky` or `destructive`; `None` for actions recorded before risk levels.
+    pub risk: Option<String>,
 }
 
 impl From<&ActionRecord> for ActionView {
@@ -55,6 +57,7 @@ impl From<&ActionRecord> for ActionView {
             ended_at: a.ended_at.map(rfc3339),
             result,
             detail,
+            risk: a.risk.map(|r| r.name().to_owned()),
         }
     }
 }
@@ -176,16 +179,17 @@ pub fn render(p: &PassPage) -> String {
         body.push_str("<p class=\"muted\">No actions.</p>");
     } else {
         body.push_str(
-            "<div class=\"scroll\"><table class=\"actions\"><thead><tr><th>verb</th><th>resource</th>\
+            "<div class=\"scroll\"><table class=\"actions\"><thead><tr><th>verb</th><th>risk</th><th>resource</th>\
              <th>node</th><th>reason</th><th>UPID</th><th>took</th><th>result</th><th>error</th>\
              </tr></thead><tbody>",
         );
         for a in &p.actions {
             let _ = write!(
                 body,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"upid\" data-label=\"UPID\">{}</td>\
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"upid\" data-label=\"UPID\">{}</td>\
                  <td class=\"num\" data-label=\"took\">{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
                 escape(&a.verb),
+                a.risk.as_deref().map_or_else(|| "–".to_owned(), badge),
                 escape(&a.resource),
                 escape(&a.node),
                 escape(&a.reason),
@@ -243,6 +247,7 @@ mod tests {
                     ended_at: Some("2027-01-01T00:00:03Z".to_owned()),
                     result: "succeeded".to_owned(),
                     detail: None,
+                    risk: Some("risky".to_owned()),
                 },
                 ActionView {
                     verb: "create".to_owned(),
@@ -256,6 +261,7 @@ mod tests {
                     detail: Some(
                         "400 Parameter verification failed: <script>alert(1)</script>".to_owned(),
                     ),
+                    risk: None,
                 },
             ],
             findings: vec![drift("VM/web-1", "memory", None)],
@@ -266,7 +272,7 @@ mod tests {
     #[test]
     fn each_action_shows_its_verb_reason_upid_duration_result_and_error() {
         let html = render(&page());
-        assert!(html.contains("<td>update</td><td>VM/web-1</td><td>pve1</td><td>memory differs</td>\
+        assert!(html.contains("<td>update</td><td><span class=\"badge warn\">risky</span></td><td>VM/web-1</td><td>pve1</td><td>memory differs</td>\
              <td class=\"upid\" data-label=\"UPID\"><code>UPID:pve1:0001:0002:00000003:qmconfig:101:root@pam:</code></td>\
              <td class=\"num\" data-label=\"took\">3.0 s</td><td><span class=\"badge ok\">succeeded</span></td>"), "{html}");
         assert!(html.contains("<span class=\"badge bad\">failed</span></td><td class=\"error\">400 Parameter verification failed: &lt;script&gt;alert(1)&lt;/script&gt;</td>"), "{html}");
@@ -304,12 +310,14 @@ mod tests {
             outcome: Some(ActionOutcome::Succeeded {
                 exitstatus: "WARNINGS: 1".to_owned(),
             }),
+            risk: Some(proxops_core::plan::risk::Risk::Safe),
         };
         let view = ActionView::from(&record);
         assert_eq!(
             (view.result.as_str(), view.detail.as_deref()),
             ("succeeded", Some("WARNINGS: 1"))
         );
+        assert_eq!(view.risk.as_deref(), Some("safe"));
         let running = ActionView::from(&ActionRecord {
             outcome: None,
             ..record

@@ -9,6 +9,7 @@
 mod artifacts;
 mod guests;
 pub mod render;
+pub mod risk;
 mod snippets;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,8 +23,8 @@ use crate::resource::ResourceId;
 
 pub use guests::{Creation, clone_update};
 
-/// What a pass would do.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// What a pass would do. Serialized with a `risk` summary ([`risk`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Actions by dependency level; within a level, ordered by (kind rank, id, node).
     pub levels: Vec<Vec<Action>>,
@@ -33,7 +34,6 @@ pub struct Plan {
     /// observed or will not be ready on that node this pass.
     pub blocked: BTreeSet<(ResourceId, String)>,
     /// Why nothing at all is written this pass (the guest listing failed), when so.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub aborted: Option<String>,
 }
 
@@ -49,8 +49,8 @@ impl Plan {
     }
 }
 
-/// One change to make on one node.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// One change to make on one node. Serialized with its `risk` ([`risk::risk`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Action {
     /// The resource it serves.
     pub resource: ResourceId,

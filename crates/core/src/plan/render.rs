@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use crate::plan::risk::{Risk, risk};
 use crate::plan::{Action, Plan, Update, Verb};
 
 /// The longest value shown in a change line; longer ones are cut with `…`.
@@ -47,7 +48,26 @@ fn render_update(out: &mut String, action: &Action, update: &Update) {
     }
 }
 
+/// Renders one action, then appends the `[risky]`/`[destructive]` marker to its first line
+/// (safe actions carry none, so the eye finds the others).
 fn render_action(out: &mut String, action: &Action) {
+    let start = out.len();
+    render_action_lines(out, action);
+    let level = risk(action);
+    if level != Risk::Safe
+        && let Some(end) = out[start..].find('\n')
+    {
+        // Before a trailing `:` (a multi-line update's head), so the colon still leads on.
+        let at = if out[start..start + end].ends_with(':') {
+            start + end - 1
+        } else {
+            start + end
+        };
+        out.insert_str(at, &format!(" [{level}]"));
+    }
+}
+
+fn render_action_lines(out: &mut String, action: &Action) {
     let (resource, node) = (&action.resource, &action.node);
     match &action.verb {
         Verb::Download(d) => {
@@ -180,5 +200,8 @@ pub fn render_human(plan: &Plan, title: &str) -> String {
             "findings"
         }
     );
+    if plan.has_changes() {
+        let _ = writeln!(out, "  risk: {}", plan.risk_summary());
+    }
     out
 }
