@@ -351,21 +351,25 @@ impl Hotplug {
     }
 }
 
+/// The config keys qemu-server writes at once even on a running VM (`$fast_plug_option`,
+/// proxmox/qemu-server @ e6352be6, `src/PVE/QemuServer.pm`): never held as pending. The
+/// planner's hotplug rules and the risk levels (`plan::risk`) both read this one list.
+pub(crate) const QEMU_FAST_PLUG: [&str; 12] = [
+    "description",
+    "hookscript",
+    "lock",
+    "migrate_downtime",
+    "migrate_speed",
+    "name",
+    "onboot",
+    "protection",
+    "shares",
+    "startup",
+    "tags",
+    "vmstatestorage",
+];
+
 fn qemu_held(key: &str, value: &str, in_effect: &LiveConfig) -> bool {
-    const FASTPLUG: [&str; 12] = [
-        "description",
-        "hookscript",
-        "lock",
-        "migrate_downtime",
-        "migrate_speed",
-        "name",
-        "onboot",
-        "protection",
-        "shares",
-        "startup",
-        "tags",
-        "vmstatestorage",
-    ];
     const CLOUD_INIT: [&str; 8] = [
         "citype",
         "ciuser",
@@ -376,7 +380,7 @@ fn qemu_held(key: &str, value: &str, in_effect: &LiveConfig) -> bool {
         "nameserver",
         "sshkeys",
     ];
-    if FASTPLUG.contains(&key) || CLOUD_INIT.contains(&key) || numbered(key, "ipconfig") {
+    if QEMU_FAST_PLUG.contains(&key) || CLOUD_INIT.contains(&key) || numbered(key, "ipconfig") {
         return false;
     }
     let hot = Hotplug::of(in_effect);

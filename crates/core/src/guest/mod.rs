@@ -7,6 +7,7 @@
 //! actions and findings. Wire forms follow DESIGN.md §2.4–2.5 and pve-api/LIVE-FACTS.md.
 
 mod compare;
+pub(crate) use compare::QEMU_FAST_PLUG;
 mod live;
 mod property;
 #[cfg(test)]

@@ -75,26 +75,9 @@ impl fmt::Display for Risk {
     }
 }
 
-/// The config keys qemu-server writes at once even on a running VM (`$fast_plug_option`,
-/// proxmox/qemu-server @ e6352be6, `src/PVE/QemuServer.pm`).
-const APPLIED_AT_ONCE: &[&str] = &[
-    "description",
-    "hookscript",
-    "lock",
-    "migrate_downtime",
-    "migrate_speed",
-    "name",
-    "onboot",
-    "protection",
-    "shares",
-    "startup",
-    "tags",
-    "vmstatestorage",
-];
-
 /// Whether writing or deleting `key` takes effect at once without touching the running guest.
 fn applied_at_once(key: &str) -> bool {
-    APPLIED_AT_ONCE.contains(&key)
+    crate::guest::QEMU_FAST_PLUG.contains(&key)
 }
 
 fn update_risk(update: &Update) -> Risk {
