@@ -269,7 +269,11 @@ async fn an_agent_does_not_apply_a_revision_outside_the_scope_and_records_the_lo
     world.sim.control().clear_requests();
     agent.hup();
     let status = agent
-        .wait_for(|s| commit_of(s, "last_attempted").as_deref() == Some(bad.as_str()))
+        .wait_for(|s| {
+            // The attempt is listed when the pass starts; its outcome when it ends.
+            commit_of(s, "last_attempted").as_deref() == Some(bad.as_str())
+                && s["last_attempted"]["outcome"].is_string()
+        })
         .await;
     assert_eq!(status["last_attempted"]["outcome"], "invalid");
     assert_eq!(
