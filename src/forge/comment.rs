@@ -7,8 +7,8 @@
 //!   `page`; the `Link` header's `rel="next"` names the next page), `POST` on the same path
 //!   with `{"body"}`, `PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}` with
 //!   `{"body"}`; `POST /repos/{owner}/{repo}/statuses/{sha}`.
-//! - Gitea and Forgejo: `GET /repos/{owner}/{repo}/issues/{index}/comments` (`page`,
-//!   `limit`), `POST` on the same path with `CreateIssueCommentOption` `{"body"}`, `PATCH
+//! - Gitea and Forgejo: `GET /repos/{owner}/{repo}/issues/{index}/comments` (every comment
+//!   in one answer), `POST` on the same path with `CreateIssueCommentOption` `{"body"}`, `PATCH
 //!   /repos/{owner}/{repo}/issues/comments/{id}` with `EditIssueCommentOption` `{"body"}`;
 //!   statuses as for commit statuses.
 //!
@@ -23,8 +23,7 @@ use serde_json::{Value, json};
 use super::config::{ForgeConfig, ForgeKind};
 use crate::error_chain::error_text;
 
-/// Comments asked for per page (GitHub's maximum `per_page`; Gitea caps `limit` at its
-/// `MAX_RESPONSE_ITEMS`, 50 by default, and answers fewer).
+/// Comments asked for per page of GitHub's list (its maximum `per_page`).
 pub const PAGE_SIZE: usize = 100;
 /// Pages read at most when looking for our comment (10,000 comments with GitHub's pages).
 pub const MAX_PAGES: usize = 100;
@@ -132,21 +131,23 @@ impl ForgeApi {
     /// The id of the first comment of pull request `number` whose body starts with
     /// `marker`, reading every page.
     ///
+    /// GitHub pages the list (`per_page` at most 100, `page`; the `Link` header's
+    /// `rel="next"` says whether there is more). Gitea's `issueGetComments` takes no `page`
+    /// or `limit` and answers every comment at once: verified in go-gitea/gitea
+    /// `routers/api/v1/repo/issue_comment.go`, `ListIssueComments` (its swagger block lists
+    /// only `since` and `before`, and its `FindCommentsOptions` has no `ListOptions`), so one
+    /// request reads them all (Forgejo: the same handler, assumed).
+    ///
     /// # Errors
     /// A call failed or a page is not a JSON list of comments.
     pub async fn find_comment(&self, number: u64, marker: &str) -> Result<Option<u64>, CallError> {
         let issue = number.to_string();
         for page in 1..=MAX_PAGES {
             let mut url = self.config.repo_url(&["issues", &issue, "comments"]);
-            {
-                let mut query = url.query_pairs_mut();
-                query.append_pair("page", &page.to_string());
-                match self.config.kind {
-                    ForgeKind::GitHub => query.append_pair("per_page", &PAGE_SIZE.to_string()),
-                    ForgeKind::Gitea | ForgeKind::Forgejo => {
-                        query.append_pair("limit", &PAGE_SIZE.to_string())
-                    }
-                };
+            if self.config.kind == ForgeKind::GitHub {
+                url.query_pairs_mut()
+                    .append_pair("per_page", &PAGE_SIZE.to_string())
+                    .append_pair("page", &page.to_string());
             }
             let response = self.call(reqwest::Method::GET, url, None).await?;
             let next = response
@@ -168,13 +169,7 @@ impl ForgeApi {
             }) {
                 return Ok(Some(id));
             }
-            // GitHub says whether a next page exists; Gitea sends `Link` too (and
-            // `X-Total-Count`), but an empty page ends the walk for both.
-            let more = match self.config.kind {
-                ForgeKind::GitHub => next,
-                ForgeKind::Gitea | ForgeKind::Forgejo => next || !comments.is_empty(),
-            };
-            if !more || comments.is_empty() {
+            if self.config.kind != ForgeKind::GitHub || !next || comments.is_empty() {
                 return Ok(None);
             }
         }

@@ -430,13 +430,11 @@ pub fn render_comment(marker: &str, commit: &str, title: &str, outcome: &Outcome
                     counts = Some(c.to_owned());
                 } else if let Some(r) = trimmed.strip_prefix("risk: ") {
                     risk = Some(r.to_owned());
-                } else if trimmed.starts_with("level ") {
-                    lines.push(format!("  {trimmed}"));
-                } else if let Some(symbol @ ('+' | '-' | '~' | '!')) = trimmed.chars().next() {
-                    let _ = symbol;
+                } else if trimmed.starts_with(['+', '-', '~', '!']) {
+                    // The symbol in the first column, as a diff shows it.
                     lines.push(trimmed.to_owned());
                 } else {
-                    lines.push(format!("  {trimmed}"));
+                    lines.push(line.strip_prefix("  ").unwrap_or(line).to_owned());
                 }
             }
             match counts {
