@@ -180,6 +180,11 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
         cluster: config.cluster.clone(),
         plan_options: PlanOptions::from_config(config),
     });
+    if config.forge.as_ref().is_some_and(|f| f.preview) && config.webhook.is_none() {
+        tracing::warn!(
+            "[forge] preview = true, but without [webhook] no pull_request delivery can ask for a preview"
+        );
+    }
     let previews = config.forge.as_ref().and_then(|forge| {
         crate::forge::preview::PreviewWorker::start(
             crate::forge::preview::PreviewSetup {

@@ -13,7 +13,7 @@
 //! never waits for (or holds) the lock of a pass's fetch. The head is fetched with depth 1
 //! (no history, no blob older than the head) into `refs/proxops/pull/<number>` with a forcing
 //! refspec, and its manifest files are read from its tree under the same revision budget as
-//! any revision ([`super::git::tree::read_manifest_files`]). The token, the ssh settings, the
+//! any revision (`git::tree::read_manifest_files`). The token, the ssh settings, the
 //! credential rule (token only to the configured scheme, host and port) and the no-redirect
 //! rule are those of the followed source: this is the same [`GitSource`], opened on another
 //! directory.
@@ -128,10 +128,10 @@ impl GitSource {
         };
         let mut reference = repo
             .find_reference(local_ref.as_str())
-            .map_err(|e| mirror_error(e.into()))?;
+            .map_err(mirror_error)?;
         let commit = reference
             .peel_to_id()
-            .map_err(|e| mirror_error(e.into()))?
+            .map_err(mirror_error)?
             .detach();
         Ok(PullHead {
             commit: commit.to_string(),

@@ -175,7 +175,8 @@ pub struct WebhookMetrics {
 /// A copy of [`WebhookMetrics`] at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WebhookCounts {
-    /// Pushes to the followed branch that queued a pass.
+    /// Pushes to the followed branch that queued a pass, and pull requests that queued a
+    /// plan preview.
     pub accepted: u64,
     /// Deliveries answered with an error status (413, 401, 400, 503).
     pub rejected: u64,
