@@ -129,10 +129,7 @@ impl GitSource {
         let mut reference = repo
             .find_reference(local_ref.as_str())
             .map_err(mirror_error)?;
-        let commit = reference
-            .peel_to_id()
-            .map_err(mirror_error)?
-            .detach();
+        let commit = reference.peel_to_id().map_err(mirror_error)?.detach();
         Ok(PullHead {
             commit: commit.to_string(),
             files: tree::read_manifest_files(&repo, commit, &self.sub_path),

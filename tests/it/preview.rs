@@ -490,3 +490,50 @@ async fn a_preview_never_decrypts_sops_so_it_plans_a_repository_whose_key_is_abs
     );
     forge.assert_all_valid();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forge_answering_5xx_to_a_preview_gets_the_comment_and_status_once_it_recovers() {
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    repo.commit_files(
+        &[("vm/web-1.yaml", &vm("web-1", 101, "memory: 512MiB"))],
+        "web-1",
+    );
+    let forge = TestForge::start(Api::GitHub, TOKEN).await;
+    let running = agents(&world, &repo, &forge, "github", &["pve1"]).await;
+    let agent = &running[0].0;
+    let log = || agent.log_text();
+    forge.answer(503);
+    repo.switch_new("feature");
+    repo.commit_files(
+        &[("vm/web-2.yaml", &vm("web-2", 102, "memory: 512MiB"))],
+        "web-2",
+    );
+    let head = publish_pull(&repo, 5);
+    let (status, _) = deliver_pull_request(agent, "github", "opened", 5, "main", "r").await;
+    assert_eq!(status, 202);
+    until("a 503 on the comments", &forge, log, |f| {
+        f.calls()
+            .iter()
+            .any(|c| c.answered == 503 && c.path.contains("/issues/5/comments"))
+    })
+    .await;
+    forge.answer(201);
+    until(
+        "the comment and status after the outage",
+        &forge,
+        log,
+        |f| {
+            marked(&f.comments_on(5), "pve1").len() == 1
+                && plan_status(&f.accepted(), &head, "pve1").is_some()
+        },
+    )
+    .await;
+    assert!(
+        log().contains("plan preview comment not delivered; retrying"),
+        "{}",
+        log()
+    );
+    assert_eq!(marked(&forge.comments_on(5), "pve1").len(), 1);
+    forge.assert_all_valid();
+}
