@@ -13,8 +13,11 @@
 //!   `HookIssueOpened` `opened`, `HookIssueReOpened` `reopened` and `HookIssueSynchronized`
 //!   `synchronized` (go-gitea/gitea @ 040cb8b6, `modules/structs/hook.go`, `HookIssueAction`);
 //!   the payload is `PullRequestPayload` (`action`, `number`, `pull_request`).
-//! - Forgejo: Gitea's payload and action names (a fork of Gitea; assumed, its sources were
-//!   not fetched), sent with `X-Forgejo-Event` and `X-Gitea-Event` (see [`super::provider`]).
+//! - Forgejo: Gitea's payload and action names (a fork of Gitea; its sources were not
+//!   fetched), sent with `X-Forgejo-Event` and `X-Gitea-Event` (see [`super::provider`]);
+//!   Woodpecker CI's Forgejo test payloads agree (woodpecker-ci/woodpecker @ a4cb541b,
+//!   `server/forge/forgejo/fixtures/HookPullRequest*.json`: `opened`, `synchronized`,
+//!   `closed`, copied to `tests/fixtures/webhooks/forgejo/`).
 //! - Gogs: no preview (Gogs has no commit-status API, so `[forge]` refuses it): its
 //!   `pull_request` deliveries are ignored like any other event.
 //!
@@ -140,6 +143,18 @@ mod tests {
                 Action::Ignored("edited".to_owned())
             );
         }
+    }
+
+    #[test]
+    fn forgejo_opened_and_synchronized_ask_for_a_preview_and_closed_does_not() {
+        let read = |name: &str| fixture(&format!("forgejo/woodpecker-{name}.json"));
+        let opened = parse(Provider::Forgejo, &read("HookPullRequest")).unwrap();
+        assert_eq!((opened.number, opened.base.as_str()), (1, "main"));
+        assert_eq!(opened.action, Action::Preview);
+        let synced = parse(Provider::Forgejo, &read("HookPullRequestUpdated")).unwrap();
+        assert_eq!((synced.number, synced.action), (2, Action::Preview));
+        let closed = parse(Provider::Forgejo, &read("HookPullRequestClosed")).unwrap();
+        assert_eq!(closed.action, Action::Ignored("closed".to_owned()));
     }
 
     #[test]
