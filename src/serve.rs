@@ -65,6 +65,7 @@ pub async fn run(
             .as_ref()
             .map_or_else(|| "main".to_owned(), |s| s.branch.clone());
         WebhookState::new(w.secret.clone(), branch, shared.nudges.clone())
+            .with_previews(shared.pull_previews.clone())
     });
     let http_state = HttpState {
         live: shared.live.clone(),

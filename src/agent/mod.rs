@@ -114,6 +114,8 @@ struct Running {
     schedule: Schedule,
     /// `[[notify]]`: rebuilt with the configuration (a reload drops what was still queued).
     notifier: crate::notify::Notifier,
+    /// `[forge] preview = true`: the pull request preview worker (stopped when dropped).
+    _previews: Option<crate::forge::preview::PreviewWorker>,
 }
 
 /// What survives a configuration reload.
@@ -125,6 +127,8 @@ struct Kept {
     metrics: Arc<Metrics>,
     breaker: Arc<Mutex<breaker::Breaker>>,
     preview: Arc<Mutex<Option<PreviewInputs>>>,
+    /// Pull requests waiting for a plan preview (issue 18 item 3).
+    pull_previews: Arc<crate::forge::preview::Requests>,
 }
 
 /// What a read-only plan preview needs (the web UI's plan page): the PVE client, scope,
@@ -176,8 +180,29 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
         cluster: config.cluster.clone(),
         plan_options: PlanOptions::from_config(config),
     });
+    if config.forge.as_ref().is_some_and(|f| f.preview) && config.webhook.is_none() {
+        tracing::warn!(
+            "[forge] preview = true, but without [webhook] no pull_request delivery can ask for a preview"
+        );
+    }
+    let previews = config.forge.as_ref().and_then(|forge| {
+        crate::forge::preview::PreviewWorker::start(
+            crate::forge::preview::PreviewSetup {
+                forge: forge.clone(),
+                context: context.clone(),
+                source: source_config.clone(),
+                state_dir: config.state_dir.clone(),
+                cluster: config.cluster.clone(),
+                node_label: node_label(&config.node),
+                plan_options: PlanOptions::from_config(config),
+                store: kept.store.clone(),
+            },
+            kept.pull_previews.clone(),
+        )
+    });
     Ok(Running {
         notifier,
+        _previews: previews,
         deps: PassDeps {
             context,
             source,
@@ -228,6 +253,8 @@ pub struct Shared {
     pub nudges: mpsc::Sender<Nudge>,
     /// What a plan preview needs, as of the last (re)load of the configuration.
     pub preview: Arc<Mutex<Option<PreviewInputs>>>,
+    /// Where `pull_request` webhooks ask for plan previews; `None` unless `[forge] preview`.
+    pub pull_previews: Option<Arc<crate::forge::preview::Requests>>,
 }
 
 impl Agent {
@@ -263,6 +290,7 @@ impl Agent {
                 config.policy.write_breaker_cool_down,
             ))),
             preview: Arc::new(Mutex::new(None)),
+            pull_previews: Arc::default(),
         };
         let running = build(config, config_path, kept.clone())?;
         let (nudge_tx, nudges) = mpsc::channel::<Nudge>(1);
@@ -274,6 +302,11 @@ impl Agent {
             node_label: running.deps.node_label.clone(),
             nudges: nudge_tx,
             preview: kept.preview.clone(),
+            pull_previews: config
+                .forge
+                .as_ref()
+                .is_some_and(|f| f.preview)
+                .then(|| kept.pull_previews.clone()),
         };
         let agent = Self {
             config_path: config_path.to_path_buf(),

@@ -64,6 +64,8 @@ pub struct ForgeConfig {
     pub token: SecretString,
     /// Whether commit statuses are written.
     pub status: bool,
+    /// Whether pull requests into the followed branch get a plan preview (issue 18 item 3).
+    pub preview: bool,
     /// The agent UI's base URL, for `target_url`; `None`: statuses carry no link.
     pub public_url: Option<reqwest::Url>,
     /// The status context template (`{cluster}`, `{node}`).
@@ -80,6 +82,7 @@ impl std::fmt::Debug for ForgeConfig {
             .field("repo", &format!("{}/{}", self.owner, self.name))
             .field("token", &"[redacted]")
             .field("status", &self.status)
+            .field("preview", &self.preview)
             .field(
                 "public_url",
                 &self.public_url.as_ref().map(reqwest::Url::as_str),
@@ -106,6 +109,17 @@ impl ForgeConfig {
             segments
                 .pop_if_empty()
                 .extend(["repos", &self.owner, &self.name, "statuses", sha]);
+        }
+        url
+    }
+
+    /// `{api_url}/repos/{owner}/{name}/` followed by `segments`.
+    pub fn repo_url(&self, segments: &[&str]) -> reqwest::Url {
+        let mut url = self.api_url.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty()
+                .extend(["repos", &self.owner, &self.name])
+                .extend(segments);
         }
         url
     }
@@ -175,14 +189,6 @@ pub fn parse(
             ));
         }
     };
-    if raw.preview == Some(true) {
-        return Err(invalid(
-            "preview",
-            "plan previews on pull requests are not built yet; remove the key or set \
-             preview = false"
-                .to_owned(),
-        ));
-    }
     let api_url = match raw.api_url.as_deref() {
         None => {
             return Err(invalid(
@@ -246,6 +252,7 @@ pub fn parse(
         name,
         token,
         status: raw.status.unwrap_or(true),
+        preview: raw.preview.unwrap_or(false),
         public_url,
         context,
         ca_file: raw.ca_file.as_deref().map(loader.resolve),
@@ -330,11 +337,20 @@ public_url = "https://proxops.example:9494/"
     }
 
     #[test]
-    fn preview_true_is_refused_as_not_built_yet() {
-        let error = error_of(&format!("{GOOD}preview = true\n"));
-        assert!(error.contains("forge.preview"), "{error}");
-        assert!(error.contains("not built yet"), "{error}");
-        assert!(load(&format!("{GOOD}preview = false\n")).unwrap().is_some());
+    fn preview_is_off_by_default_and_preview_true_turns_it_on() {
+        assert!(!load(GOOD).unwrap().unwrap().preview);
+        assert!(
+            load(&format!("{GOOD}preview = true\n"))
+                .unwrap()
+                .unwrap()
+                .preview
+        );
+        assert!(
+            !load(&format!("{GOOD}preview = false\n"))
+                .unwrap()
+                .unwrap()
+                .preview
+        );
     }
 
     #[test]

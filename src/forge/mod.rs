@@ -19,9 +19,12 @@
 //!
 //! A final status already sent for a commit is not sent again while it stays the same.
 //! Descriptions are cut to [`MAX_DESCRIPTION`] characters (GitHub's limit).
-//! PR previews (`preview = true`) are not built yet: [`config::parse`] refuses them.
+//! Plan previews on pull requests (`preview = true`) are [`preview`]'s, with the comment
+//! and `…/plan` status calls in [`comment`].
 
+pub mod comment;
 pub mod config;
+pub mod preview;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -31,7 +31,7 @@
 //! the shutdown token sets.
 
 mod remote_url;
-mod tree;
+pub(super) mod tree;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -49,7 +49,7 @@ use tree::SubPath;
 /// The name the mirror gives the remote in its tracking refs (`refs/remotes/origin/<branch>`).
 const REMOTE_NAME: &str = "origin";
 /// The user name sent with an https token (forges ignore it; git's own convention).
-const TOKEN_USER: &str = "git";
+pub(super) const TOKEN_USER: &str = "git";
 /// Subdirectory of the state directory that holds the mirrors.
 const MIRRORS_DIR: &str = "git";
 
@@ -253,17 +253,17 @@ fn short(commit: &ObjectId) -> String {
 
 /// The configured repository, mirrored bare under the state directory.
 pub struct GitSource {
-    url: gix::Url,
+    pub(super) url: gix::Url,
     /// `url` without userinfo, for messages.
-    display_url: String,
+    pub(super) display_url: String,
     branch: String,
-    sub_path: SubPath,
-    token: Option<SecretString>,
+    pub(super) sub_path: SubPath,
+    pub(super) token: Option<SecretString>,
     ssh_key_file: Option<PathBuf>,
     known_hosts_file: Option<PathBuf>,
     mirror: PathBuf,
     /// Serialises fetches into the one mirror.
-    fetching: Mutex<()>,
+    pub(super) fetching: Mutex<()>,
     /// Tests serve https with a throwaway certificate; nothing else may skip verification.
     #[cfg(test)]
     accept_invalid_certs: bool,
@@ -507,7 +507,7 @@ impl GitSource {
         })
     }
 
-    fn open_mirror(&self) -> Result<gix::Repository, SourceError> {
+    pub(super) fn open_mirror(&self) -> Result<gix::Repository, SourceError> {
         let mirror_error = |source| SourceError::Mirror {
             path: self.mirror.clone(),
             source,
@@ -667,7 +667,7 @@ fn remove_stale_locks(mirror: &Path) -> Result<(), SourceError> {
 
 /// Whether a credential request is for the configured remote: the same scheme, host and port
 /// (the port the scheme implies when none is written). A request without a URL is refused.
-fn is_configured_remote(
+pub(super) fn is_configured_remote(
     context: &gix::credentials::protocol::Context,
     configured: &gix::Url,
 ) -> bool {

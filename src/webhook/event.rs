@@ -32,7 +32,9 @@ pub enum Event {
         /// The full ref, e.g. `refs/tags/v1`.
         git_ref: String,
     },
-    /// Any other event kind, as the forge names it (`pull_request`, `issues`, ...).
+    /// A `pull_request` delivery ([`super::pull_request`]).
+    PullRequest(super::pull_request::PullRequest),
+    /// Any other event kind, as the forge names it (`issues`, `release`, ...).
     Other(String),
 }
 
@@ -54,6 +56,13 @@ pub enum EventError {
     /// A form-encoded delivery has no `payload` field.
     #[error("form-encoded delivery without a payload field")]
     NoFormPayload,
+    /// A `pull_request` payload is not JSON or lacks `action`, `number` or the base ref.
+    #[error("reading the pull_request payload")]
+    PullRequestPayload {
+        /// What the JSON parser said.
+        #[source]
+        source: serde_json::Error,
+    },
     /// A push payload is not JSON or has no string `ref`.
     #[error("reading the push payload's ref")]
     PushPayload {
@@ -103,6 +112,18 @@ pub fn parse(
             }
             .map_err(|source| EventError::PushPayload { source })?;
             Ok(from_ref(payload.git_ref))
+        }
+        "pull_request" => {
+            let json = if is_form(headers) {
+                form_payload(raw_body)
+                    .ok_or(EventError::NoFormPayload)?
+                    .into_bytes()
+            } else {
+                raw_body.to_vec()
+            };
+            super::pull_request::parse(provider, &json)
+                .map(Event::PullRequest)
+                .map_err(|source| EventError::PullRequestPayload { source })
         }
         other => Ok(Event::Other(other.to_owned())),
     }
@@ -257,12 +278,26 @@ mod tests {
 
     #[test]
     fn other_events_keep_their_name() {
+        let map = headers(&[("x-gitea-event", "issues")]);
+        assert_eq!(
+            parse(Provider::Gitea, &map, b"{}").unwrap(),
+            Event::Other("issues".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_pull_request_delivery_names_its_number_and_base_branch() {
         let body = fixture("gitea/goscm-pull_request_edited.json");
         let map = headers(&[("x-gitea-event", "pull_request")]);
-        assert_eq!(
-            parse(Provider::Gitea, &map, &body).unwrap(),
-            Event::Other("pull_request".to_owned())
-        );
+        let Event::PullRequest(pr) = parse(Provider::Gitea, &map, &body).unwrap() else {
+            panic!("not a pull request");
+        };
+        assert_eq!((pr.number, pr.base.as_str()), (1, "master"));
+        let map = headers(&[("x-github-event", "pull_request")]);
+        assert!(matches!(
+            parse(Provider::GitHub, &map, b"{}"),
+            Err(EventError::PullRequestPayload { .. })
+        ));
     }
 
     #[test]

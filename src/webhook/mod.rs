@@ -14,7 +14,10 @@
 //! [`MAX_BODIES_IN_FLIGHT`] bodies being read already → 503 after a short wait; body over
 //! [`MAX_BODY_BYTES`] → 413; bad signature → 401; signed ping → 200; push to the followed
 //! branch → 202 (nudged, coalesced, or a replay); anything else signed → 202 ignored; a signed
-//! push without a readable `ref` → 400; the agent no longer listening → 503.
+//! push without a readable `ref` → 400; the agent no longer listening → 503. A signed
+//! `pull_request` into the followed branch that is opened, reopened or has new commits
+//! ([`pull_request`]) asks for a plan preview when `[forge] preview = true` (202, coalesced
+//! per pull request); other actions, other bases, or previews off → 202 ignored.
 //!
 //! Bounded against a network caller (SECURITY-AUDIT.md H2, L2, L3): an unsigned request is
 //! refused from its headers, so it never gets a body buffered; at most
@@ -28,6 +31,7 @@
 
 pub mod event;
 pub mod provider;
+pub mod pull_request;
 pub mod replay;
 pub mod signature;
 pub mod tally;
@@ -96,6 +100,9 @@ pub struct WebhookState {
     pub rejections: Arc<Tally>,
     /// Slots for bodies being read ([`MAX_BODIES_IN_FLIGHT`]).
     pub bodies: Arc<Semaphore>,
+    /// Plan previews of pull requests (`[forge] preview = true`); `None`: `pull_request`
+    /// deliveries are ignored.
+    pub previews: Option<Arc<crate::forge::preview::Requests>>,
 }
 
 impl WebhookState {
@@ -113,7 +120,16 @@ impl WebhookState {
             replays: Arc::default(),
             rejections: Arc::default(),
             bodies: Arc::new(Semaphore::new(MAX_BODIES_IN_FLIGHT)),
+            previews: None,
         }
+    }
+
+    /// The same state, asking `previews` for a plan preview of each pull request into the
+    /// followed branch that is opened, reopened or gets new commits.
+    #[must_use]
+    pub fn with_previews(mut self, previews: Option<Arc<crate::forge::preview::Requests>>) -> Self {
+        self.previews = previews;
+        self
     }
 
     /// Counts a rejected delivery; `true` when it is the first of a quiet interval and is to be
@@ -159,7 +175,8 @@ pub struct WebhookMetrics {
 /// A copy of [`WebhookMetrics`] at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WebhookCounts {
-    /// Pushes to the followed branch that queued a pass.
+    /// Pushes to the followed branch that queued a pass, and pull requests that queued a
+    /// plan preview.
     pub accepted: u64,
     /// Deliveries answered with an error status (413, 401, 400, 503).
     pub rejected: u64,
@@ -336,6 +353,30 @@ fn deliver(
                         "agent is not accepting triggers\n",
                     )
                 }
+            }
+        }
+        Event::PullRequest(pr)
+            if pr.base == state.branch
+                && pr.action == pull_request::Action::Preview
+                && state.previews.is_some() =>
+        {
+            // A replayed delivery is coalesced like a replayed push.
+            if !state.replays.claim(&body, Instant::now()) {
+                WebhookMetrics::count(&metrics.coalesced);
+                return (
+                    StatusCode::ACCEPTED,
+                    "coalesced: identical to a delivery already accepted\n",
+                );
+            }
+            let previews = state.previews.as_ref().expect("checked above");
+            if previews.request(pr.number) {
+                WebhookMetrics::count(&metrics.accepted);
+                info!(%provider, ?delivery, pull_request = pr.number, "webhook pull_request: plan preview requested");
+                (StatusCode::ACCEPTED, "preview requested\n")
+            } else {
+                WebhookMetrics::count(&metrics.coalesced);
+                debug!(%provider, ?delivery, pull_request = pr.number, "webhook pull_request: a preview of it is already pending");
+                (StatusCode::ACCEPTED, "coalesced with a pending preview\n")
             }
         }
         ignored => {

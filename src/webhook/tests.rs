@@ -294,6 +294,86 @@ async fn tag_push_and_other_events_are_ignored_with_202_without_nudge() {
 }
 
 #[tokio::test]
+async fn a_signed_pull_request_into_the_followed_branch_asks_for_one_preview_and_never_a_pass() {
+    let (state, mut rx) = receiver(SECRET, "master");
+    let previews = Arc::new(crate::forge::preview::Requests::default());
+    let state = state.with_previews(Some(previews.clone()));
+    let opened = fixture("github/octokit-pull_request-opened.json");
+    let synced = fixture("github/octokit-pull_request-synchronize.json");
+    let closed = fixture("github/octokit-pull_request-closed.json");
+    let gitea = fixture("gitea/derived-pull_request_synchronized.json");
+    let cases = [
+        (
+            signed(Provider::GitHub, SECRET, "pull_request", opened),
+            "preview requested\n",
+        ),
+        // The same pull request again while its preview waits: coalesced.
+        (
+            signed(Provider::GitHub, SECRET, "pull_request", synced),
+            "coalesced with a pending preview\n",
+        ),
+        (
+            signed(Provider::GitHub, SECRET, "pull_request", closed),
+            "ignored\n",
+        ),
+        (
+            signed(Provider::Forgejo, SECRET, "pull_request", gitea),
+            "preview requested\n",
+        ),
+    ];
+    for (request, reply) in cases {
+        assert_eq!(
+            send(&state, request).await,
+            (StatusCode::ACCEPTED, reply.to_owned())
+        );
+    }
+    assert!(previews.waiting(2) && previews.waiting(1));
+    assert_no_nudge(&mut rx);
+    // Unsigned, it is refused like a push.
+    let mut unsigned = signed(
+        Provider::GitHub,
+        "wrong-secret",
+        "pull_request",
+        fixture("github/octokit-pull_request-opened.json"),
+    );
+    unsigned.headers_mut().remove("x-hub-signature-256");
+    assert_eq!(send(&state, unsigned).await.0, StatusCode::UNAUTHORIZED);
+    let forged = signed(
+        Provider::GitHub,
+        "wrong-secret",
+        "pull_request",
+        fixture("github/octokit-pull_request-reopened.json"),
+    );
+    assert_eq!(send(&state, forged).await.0, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_pull_request_into_another_branch_or_with_previews_off_is_ignored() {
+    let (state, mut rx) = receiver(SECRET, "main");
+    let previews = Arc::new(crate::forge::preview::Requests::default());
+    let into_master = fixture("github/octokit-pull_request-opened.json");
+    let with = state.clone().with_previews(Some(previews.clone()));
+    let request = signed(
+        Provider::GitHub,
+        SECRET,
+        "pull_request",
+        into_master.clone(),
+    );
+    assert_eq!(
+        send(&with, request).await,
+        (StatusCode::ACCEPTED, "ignored\n".to_owned())
+    );
+    assert!(!previews.waiting(2));
+    let (off, _rx) = receiver(SECRET, "master");
+    let request = signed(Provider::GitHub, SECRET, "pull_request", into_master);
+    assert_eq!(
+        send(&off, request).await,
+        (StatusCode::ACCEPTED, "ignored\n".to_owned())
+    );
+    assert_no_nudge(&mut rx);
+}
+
+#[tokio::test]
 async fn signed_push_without_a_ref_is_a_400_without_nudge() {
     let (state, mut rx) = receiver(SECRET, "main");
     let request = signed(

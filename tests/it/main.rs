@@ -27,6 +27,7 @@ mod migrate;
 mod notify;
 mod one_iso;
 mod pools;
+mod preview;
 mod pve_api;
 mod readme;
 mod reliability;

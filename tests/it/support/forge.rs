@@ -1,10 +1,13 @@
-//! A test forge: an HTTP server on 127.0.0.1 that takes commit statuses as GitHub or
-//! Gitea/Forgejo do and checks every call against the vendored API descriptions in
-//! tests/forge/ (see PROVENANCE.md there): the method and path template of the operation,
-//! the `Authorization` header's scheme and token, and the JSON body against the
-//! operation's request schema (required keys, types, `enum`, Gitea's documented states). A
-//! call that does not match is answered 4xx (404, 405, 401 or 422, as the forges do) and
-//! recorded with why, so a test sees both what was sent and whether it was valid.
+//! A test forge: an HTTP server on 127.0.0.1 that takes commit statuses and serves pull
+//! request comments (list, create, edit) as GitHub or Gitea/Forgejo do, and checks every call
+//! against the vendored API descriptions in tests/forge/ (see PROVENANCE.md there): the
+//! method and path template of the operation, the query parameters it declares, the
+//! `Authorization` header's scheme and token, and the JSON body against the operation's
+//! request schema (required keys, types, `enum`, Gitea's documented states). A call that
+//! does not match is answered 4xx (404, 405, 401 or 422, as the forges do) and recorded with
+//! why, so a test sees both what was sent and whether it was valid. GitHub's comment list is
+//! paged (`per_page`, `page`, a `Link` header with `rel="next"`); Gitea's answers every
+//! comment at once, as its handler does.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -26,12 +29,28 @@ pub(crate) enum Api {
 
 impl Api {
     fn description(self) -> Value {
-        let file = match self {
-            Api::GitHub => "github-statuses.json",
-            Api::Gitea => "gitea-statuses.json",
+        let files = match self {
+            Api::GitHub => ["github-statuses.json", "github-comments.json"],
+            Api::Gitea => ["gitea-statuses.json", "gitea-comments.json"],
         };
-        let path = super::repo_root().join("tests/forge").join(file);
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+        let read = |file: &str| -> Value {
+            let path = super::repo_root().join("tests/forge").join(file);
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+        };
+        // One description: the statuses file with the comments file's paths and
+        // definitions added.
+        let mut merged = read(files[0]);
+        let more = read(files[1]);
+        for key in ["paths", "definitions"] {
+            if let Some(extra) = more[key].as_object() {
+                let target = merged[key].as_object_mut();
+                match target {
+                    Some(target) => target.extend(extra.clone()),
+                    None => merged[key] = Value::Object(extra.clone()),
+                }
+            }
+        }
+        merged
     }
 }
 
@@ -40,6 +59,8 @@ impl Api {
 pub(crate) struct Call {
     pub(crate) method: String,
     pub(crate) path: String,
+    /// The query string (empty without one).
+    pub(crate) query: String,
     pub(crate) authorization: String,
     pub(crate) body: Value,
     /// The status answered.
@@ -70,6 +91,8 @@ struct Shared {
     answer: AtomicU16,
     location: Mutex<Option<String>>,
     calls: Mutex<Vec<Call>>,
+    /// Comments by (issue number, id, body), in creation order.
+    comments: Mutex<Vec<(u64, u64, String)>>,
 }
 
 /// The running forge.
@@ -103,6 +126,7 @@ impl TestForge {
             answer: AtomicU16::new(201),
             location: Mutex::default(),
             calls: Mutex::default(),
+            comments: Mutex::default(),
         });
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -127,6 +151,26 @@ impl TestForge {
     pub(crate) fn redirect(&self, status: u16, location: &str) {
         *self.shared.location.lock().unwrap() = Some(location.to_owned());
         self.answer(status);
+    }
+
+    /// The comments of pull request (issue) `number`: (id, body), oldest first.
+    pub(crate) fn comments_on(&self, number: u64) -> Vec<(u64, String)> {
+        self.shared
+            .comments
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(issue, _, _)| *issue == number)
+            .map(|(_, id, body)| (*id, body.clone()))
+            .collect()
+    }
+
+    /// Adds a comment by someone else to pull request `number`; its id.
+    pub(crate) fn add_comment(&self, number: u64, body: &str) -> u64 {
+        let mut comments = self.shared.comments.lock().unwrap();
+        let id = 1000 + comments.len() as u64;
+        comments.push((number, id, body.to_owned()));
+        id
     }
 
     pub(crate) fn calls(&self) -> Vec<Call> {
@@ -191,27 +235,42 @@ async fn handle(
         .unwrap_or("")
         .to_owned();
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let query = uri.query().unwrap_or("").to_owned();
     let verdict = check(
         &shared,
         &method,
         uri.path(),
+        &query,
         &headers,
         &authorization,
         &parsed,
     );
-    let answered = match &verdict {
-        Err((status, _)) => *status,
-        Ok(()) => shared.answer.load(Ordering::SeqCst),
+    let configured = shared.answer.load(Ordering::SeqCst);
+    let (answered, reply, link) = match &verdict {
+        Err((status, _)) => (*status, Value::Object(Default::default()), None),
+        Ok(operation) if (200..300).contains(&configured) => {
+            serve(&shared, operation, uri.path(), &query, &parsed)
+        }
+        Ok(_) => (configured, Value::Object(Default::default()), None),
     };
     shared.calls.lock().unwrap().push(Call {
         method: method.to_string(),
         path: uri.path().to_owned(),
+        query,
         authorization,
         body: parsed,
         answered,
         invalid: verdict.err().map(|(_, why)| why),
     });
-    let mut response = (StatusCode::from_u16(answered).unwrap(), "{}").into_response();
+    let mut response = (
+        StatusCode::from_u16(answered).unwrap(),
+        [("content-type", "application/json")],
+        reply.to_string(),
+    )
+        .into_response();
+    if let Some(link) = link {
+        response.headers_mut().insert("link", link.parse().unwrap());
+    }
     if let Some(location) = shared.location.lock().unwrap().clone() {
         response
             .headers_mut()
@@ -220,15 +279,79 @@ async fn handle(
     response
 }
 
+/// What a valid call gets: the operation's own answer (comments listed, created or edited;
+/// a status taken), with GitHub's `Link` header on a list that has more pages.
+fn serve(
+    shared: &Shared,
+    operation: &str,
+    path: &str,
+    query: &str,
+    body: &Value,
+) -> (u16, Value, Option<String>) {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let last_number = || segments.iter().rev().find_map(|s| s.parse::<u64>().ok());
+    let mut comments = shared.comments.lock().unwrap();
+    let as_json = |id: u64, text: &str| serde_json::json!({"id": id, "body": text});
+    match operation {
+        "issues/list-comments" | "issueGetComments" => {
+            let issue = last_number().unwrap_or(0);
+            let all: Vec<Value> = comments
+                .iter()
+                .filter(|(i, _, _)| *i == issue)
+                .map(|(_, id, text)| as_json(*id, text))
+                .collect();
+            if shared.api == Api::Gitea {
+                return (200, Value::Array(all), None);
+            }
+            let param = |name: &str, default: usize| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == name)
+                    .and_then(|(_, v)| v.parse::<usize>().ok())
+                    .unwrap_or(default)
+            };
+            let (per_page, page) = (param("per_page", 30), param("page", 1).max(1));
+            let start = (page - 1) * per_page;
+            let slice: Vec<Value> = all.iter().skip(start).take(per_page).cloned().collect();
+            let link = (start + per_page < all.len()).then(|| {
+                format!(
+                    "<http://forge.invalid{path}?per_page={per_page}&page={}>; rel=\"next\"",
+                    page + 1
+                )
+            });
+            (200, Value::Array(slice), link)
+        }
+        "issues/create-comment" | "issueCreateComment" => {
+            let issue = last_number().unwrap_or(0);
+            let id = 1 + comments.iter().map(|(_, id, _)| *id).max().unwrap_or(0);
+            let text = body["body"].as_str().unwrap_or("").to_owned();
+            comments.push((issue, id, text.clone()));
+            (201, as_json(id, &text), None)
+        }
+        "issues/update-comment" | "issueEditComment" => {
+            let id = last_number().unwrap_or(0);
+            match comments.iter_mut().find(|(_, c, _)| *c == id) {
+                Some(comment) => {
+                    comment.2 = body["body"].as_str().unwrap_or("").to_owned();
+                    (200, as_json(id, &comment.2), None)
+                }
+                None => (404, serde_json::json!({"message": "Not Found"}), None),
+            }
+        }
+        _ => (201, Value::Object(Default::default()), None),
+    }
+}
+
 /// Checks one call against the description: `Err((status, why))` when it does not match.
+/// `Ok` names the operation (its `operationId`).
 fn check(
     shared: &Shared,
     method: &Method,
     path: &str,
+    query: &str,
     headers: &HeaderMap,
     authorization: &str,
     body: &Value,
-) -> Result<(), (u16, String)> {
+) -> Result<String, (u16, String)> {
     let Some(rest) = path.strip_prefix(&shared.base) else {
         return Err((
             404,
@@ -254,6 +377,33 @@ fn check(
     if authorization != format!("{scheme} {}", shared.token) {
         return Err((401, format!("Authorization is not `{scheme} <token>`")));
     }
+    let operation_id = operation["operationId"].as_str().unwrap_or("").to_owned();
+    let parameters = operation["parameters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        let Some(declared) = parameters
+            .iter()
+            .find(|p| p["in"] == "query" && p["name"] == name.as_ref())
+        else {
+            return Err((
+                422,
+                format!("query parameter `{name}` is not declared by {operation_id}"),
+            ));
+        };
+        let maximum = declared["schema"]["maximum"]
+            .as_u64()
+            .or(declared["maximum"].as_u64());
+        if let Some(maximum) = maximum
+            && value.parse::<u64>().map_or(true, |v| v > maximum)
+        {
+            return Err((422, format!("`{name}={value}` is over {maximum}")));
+        }
+    }
+    if method == Method::GET {
+        return Ok(operation_id);
+    }
     let content_type = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
@@ -267,12 +417,7 @@ fn check(
     let schema = match shared.api {
         Api::GitHub => operation["requestBody"]["content"]["application/json"]["schema"].clone(),
         Api::Gitea => {
-            let body = operation["parameters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|p| p["in"] == "body")
-                .unwrap();
+            let body = parameters.iter().find(|p| p["in"] == "body").unwrap();
             resolve(&shared.description, &body["schema"])
         }
     };
@@ -290,7 +435,7 @@ fn check(
             return Err((422, format!("state {state:?} is not one of {states:?}")));
         }
     }
-    Ok(())
+    Ok(operation_id)
 }
 
 fn matches_template(template: &str, path: &str) -> bool {
