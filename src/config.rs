@@ -81,6 +81,9 @@ pub struct AgentConfig {
     pub snippets: crate::snippets::SnippetsConfig,
     /// `[scope]`: what the repository may declare, adopt and create.
     pub scope: proxops_core::scope::Scope,
+    /// `[pmxcfs]`: cluster mode (status files, cluster view, cluster-wide locks); `None`
+    /// without the table: cluster mode is off.
+    pub pmxcfs: Option<crate::cluster::config::PmxcfsConfig>,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -278,6 +281,7 @@ struct RawConfig {
     forge: Option<crate::forge::config::RawForge>,
     snippets: Option<crate::snippets::config::RawSnippets>,
     scope: Option<scope::RawScope>,
+    pmxcfs: Option<crate::cluster::config::RawPmxcfs>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -722,6 +726,11 @@ impl AgentConfig {
             .unwrap_or_default()
             .validate()
             .map_err(|bad| invalid(bad.key, bad.message))?;
+        let pmxcfs = raw
+            .pmxcfs
+            .map(crate::cluster::config::RawPmxcfs::validate)
+            .transpose()
+            .map_err(|(key, message)| invalid(key, message))?;
 
         Ok(AgentConfig {
             node,
@@ -740,6 +749,7 @@ impl AgentConfig {
             forge,
             snippets,
             scope,
+            pmxcfs,
         })
     }
 }
