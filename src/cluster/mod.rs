@@ -16,4 +16,5 @@
 
 pub mod config;
 pub mod fs;
+pub mod lock;
 pub mod status_file;
