@@ -17,4 +17,6 @@
 pub mod config;
 pub mod fs;
 pub mod lock;
+pub mod publish;
 pub mod status_file;
+pub mod view;
