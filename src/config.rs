@@ -1453,9 +1453,11 @@ write_breaker_cool_down = "90s"
         .unwrap_err()
         .to_string();
         assert!(err.contains("pmxcfs.heartbeat: `soon`"), "{err}");
-        let err = load_with(&format!("{PVE}insecure = true\n[pmxcfs]\nlockdir = \"/x\"\n"))
-            .unwrap_err()
-            .to_string();
+        let err = load_with(&format!(
+            "{PVE}insecure = true\n[pmxcfs]\nlockdir = \"/x\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("lockdir"), "{err}");
     }
 

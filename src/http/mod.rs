@@ -42,7 +42,7 @@ pub struct HttpState {
     pub store: SharedStore,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
-    /// The PVE client (for its request counters only).
+    /// The PVE client (for its request counters, and `/cluster/status` for the cluster view).
     pub pve: PveClient,
     /// Webhook counters, when webhooks are on.
     pub webhook_metrics: Option<Arc<WebhookMetrics>>,
@@ -373,6 +373,10 @@ pub struct StatusJson {
     /// and when the next write is allowed.
     #[serde(default)]
     pub writes: crate::agent::window::WritesView,
+    /// `[pmxcfs]`: how publishing this node's status file goes (`None`: cluster mode off,
+    /// or read from the database without an agent).
+    #[serde(default)]
+    pub pmxcfs: Option<crate::cluster::publish::PublishState>,
 }
 
 /// `/api/v1/drift`.
@@ -463,6 +467,7 @@ pub fn status_from_store_with(
         enforced_commit,
         head_invalid,
         writes,
+        pmxcfs: None,
     })
 }
 
@@ -716,6 +721,7 @@ async fn api_status(State(state): State<HttpState>) -> Response {
             let breaker = state.live.breaker();
             status.read_only = breaker.read_only;
             status.write_breaker = Some(breaker);
+            status.pmxcfs = state.publisher.settings().map(|_| state.publisher.state());
             Json(status).into_response()
         }
         Err(response) => response,

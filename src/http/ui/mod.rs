@@ -399,6 +399,7 @@ pub(crate) mod testing {
                 allowed: true,
                 ..Default::default()
             },
+            pmxcfs: None,
         }
     }
 
