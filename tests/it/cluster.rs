@@ -18,7 +18,7 @@ use proxops_pve_sim::{Seed, SimConfig};
 
 use crate::git_server::TestRepo;
 use crate::sim::World;
-use crate::support::agent::{AgentProcess, AgentToml};
+use crate::support::agent::AgentProcess;
 use crate::support::pmxcfs::Pmxcfs;
 
 const NODES: [&str; 3] = ["pve1", "pve2", "pve3"];
