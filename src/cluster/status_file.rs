@@ -11,8 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::http::StatusJson;
-
 /// The document's `format`; a reader shows a newer format's known fields.
 pub const FORMAT: u32 = 1;
 /// Upper bound of one encoded document: far below pmxcfs's 1 MiB file limit and the 64 KiB
@@ -83,44 +81,6 @@ pub struct Counts {
 }
 
 impl NodeStatus {
-    /// The document for `node` from its status (as `/api/v1/status` shows it) and the
-    /// failed actions of its last pass.
-    pub fn from_status(
-        status: &StatusJson,
-        cluster: Option<&str>,
-        heartbeat_secs: u64,
-        heartbeat_at: String,
-        failed: Vec<String>,
-    ) -> Self {
-        let last = status.last_attempted.as_ref();
-        Self {
-            format: FORMAT,
-            node: status.node.clone(),
-            cluster: cluster.map(str::to_owned),
-            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
-            heartbeat_at,
-            heartbeat_secs,
-            applied_revision: status.last_applied.as_ref().and_then(|p| p.commit.clone()),
-            attempted_revision: last.and_then(|p| p.commit.clone()),
-            outcome: last.and_then(|p| p.outcome.clone()),
-            pass_id: last.map(|p| p.id),
-            counts: last.map_or_else(Counts::default, |p| Counts {
-                ok: p.actions_ok,
-                failed: p.actions_failed,
-                skipped: p.actions_skipped,
-                findings: p.findings,
-            }),
-            open_findings: status.open_findings,
-            failed,
-            truncated: false,
-            read_only: status.read_only,
-            frozen: status.writes.frozen.is_some(),
-            stale: status.desired_stale,
-            held: status.writes.held.clone(),
-            next_write_allowed: status.writes.next_allowed.clone(),
-        }
-    }
-
     /// The JSON document, cut to at most [`MAX_BYTES`]: long strings are shortened to
     /// [`MAX_TEXT`] and the failed list to [`MAX_FAILED`] entries, then emptied if still too
     /// big; `truncated` says so. Never fails on content.
