@@ -81,6 +81,9 @@ pub struct AgentConfig {
     pub snippets: crate::snippets::SnippetsConfig,
     /// `[scope]`: what the repository may declare, adopt and create.
     pub scope: proxops_core::scope::Scope,
+    /// `[pmxcfs]`: cluster mode (status files, cluster view, cluster-wide locks); `None`
+    /// without the table: cluster mode is off.
+    pub pmxcfs: Option<crate::cluster::config::PmxcfsConfig>,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -278,6 +281,7 @@ struct RawConfig {
     forge: Option<crate::forge::config::RawForge>,
     snippets: Option<crate::snippets::config::RawSnippets>,
     scope: Option<scope::RawScope>,
+    pmxcfs: Option<crate::cluster::config::RawPmxcfs>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -722,6 +726,11 @@ impl AgentConfig {
             .unwrap_or_default()
             .validate()
             .map_err(|bad| invalid(bad.key, bad.message))?;
+        let pmxcfs = raw
+            .pmxcfs
+            .map(crate::cluster::config::RawPmxcfs::validate)
+            .transpose()
+            .map_err(|(key, message)| invalid(key, message))?;
 
         Ok(AgentConfig {
             node,
@@ -740,6 +749,7 @@ impl AgentConfig {
             forge,
             snippets,
             scope,
+            pmxcfs,
         })
     }
 }
@@ -1427,6 +1437,28 @@ write_breaker_cool_down = "90s"
             err.contains("http.allowed_hosts: `pve1.example.org:9494` is not a host name"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn cluster_mode_is_off_without_a_pmxcfs_table_and_a_bad_key_in_it_is_named() {
+        let off = load_with(&format!("{PVE}insecure = true\n")).unwrap();
+        assert_eq!(off.pmxcfs, None);
+        let on = load_with(&format!("{PVE}insecure = true\n[pmxcfs]\n")).unwrap();
+        let pmxcfs = on.pmxcfs.unwrap();
+        assert!(pmxcfs.publish);
+        assert_eq!(pmxcfs.dir, std::path::Path::new("/etc/pve/proxops"));
+        let err = load_with(&format!(
+            "{PVE}insecure = true\n[pmxcfs]\nheartbeat = \"soon\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("pmxcfs.heartbeat: `soon`"), "{err}");
+        let err = load_with(&format!(
+            "{PVE}insecure = true\n[pmxcfs]\nlockdir = \"/x\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("lockdir"), "{err}");
     }
 
     #[test]

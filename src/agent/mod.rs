@@ -129,6 +129,8 @@ struct Kept {
     preview: Arc<Mutex<Option<PreviewInputs>>>,
     /// Pull requests waiting for a plan preview (issue 18 item 3).
     pull_previews: Arc<crate::forge::preview::Requests>,
+    /// `[pmxcfs]`: publishes this node's status file (issue 22).
+    publisher: Arc<crate::cluster::publish::Publisher>,
 }
 
 /// What a read-only plan preview needs (the web UI's plan page): the PVE client, scope,
@@ -163,6 +165,20 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             config.policy.write_breaker_cool_down,
         );
     kept.live.set_windows(config.policy.windows.clone());
+    kept.publisher
+        .configure(
+            config
+                .pmxcfs
+                .clone()
+                .map(|pmxcfs| crate::cluster::publish::Settings {
+                    pmxcfs,
+                    node: match &config.node {
+                        NodeScope::Node(node) => Some(node.clone()),
+                        NodeScope::All => None,
+                    },
+                    cluster: config.cluster.clone(),
+                }),
+        );
     let notifier = crate::notify::Notifier::start(
         &config.notify,
         &kept.store,
@@ -255,6 +271,8 @@ pub struct Shared {
     pub preview: Arc<Mutex<Option<PreviewInputs>>>,
     /// Where `pull_request` webhooks ask for plan previews; `None` unless `[forge] preview`.
     pub pull_previews: Option<Arc<crate::forge::preview::Requests>>,
+    /// `[pmxcfs]` in force and how publishing goes (the cluster view).
+    pub publisher: Arc<crate::cluster::publish::Publisher>,
 }
 
 impl Agent {
@@ -291,6 +309,7 @@ impl Agent {
             ))),
             preview: Arc::new(Mutex::new(None)),
             pull_previews: Arc::default(),
+            publisher: Arc::default(),
         };
         let running = build(config, config_path, kept.clone())?;
         let (nudge_tx, nudges) = mpsc::channel::<Nudge>(1);
@@ -307,6 +326,7 @@ impl Agent {
                 .as_ref()
                 .is_some_and(|f| f.preview)
                 .then(|| kept.pull_previews.clone()),
+            publisher: kept.publisher.clone(),
         };
         let agent = Self {
             config_path: config_path.to_path_buf(),
@@ -336,12 +356,18 @@ impl Agent {
                 interrupt.store(true, Ordering::SeqCst);
             })
         };
+        let publishing = tokio::spawn(kept.publisher.clone().run(
+            kept.store.clone(),
+            kept.live.clone(),
+            shutdown.clone(),
+        ));
         reattach(&running.deps, &shutdown).await;
 
         let mut backoff = Backoff::default();
         let mut trigger = Trigger::Startup;
         loop {
             let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
+            kept.publisher.pass_finished();
             running.notifier.pass_finished(
                 &kept.store,
                 &running.deps.node_label,
@@ -383,6 +409,7 @@ impl Agent {
             };
         }
         interrupt_on_shutdown.abort();
+        publishing.abort();
     }
 }
 

@@ -42,7 +42,7 @@ pub struct HttpState {
     pub store: SharedStore,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
-    /// The PVE client (for its request counters only).
+    /// The PVE client (for its request counters, and `/cluster/status` for the cluster view).
     pub pve: PveClient,
     /// Webhook counters, when webhooks are on.
     pub webhook_metrics: Option<Arc<WebhookMetrics>>,
@@ -52,6 +52,8 @@ pub struct HttpState {
     pub preview: Arc<std::sync::Mutex<Option<crate::agent::PreviewInputs>>>,
     /// `[http] commit_url`: how the web UI links a commit.
     pub commit_url: Option<String>,
+    /// `[pmxcfs]` in force and how publishing goes: the cluster view.
+    pub publisher: Arc<crate::cluster::publish::Publisher>,
 }
 
 /// The whole router of `[http] listen`: the status API behind `access`, plus the webhook
@@ -76,6 +78,7 @@ fn api_router(state: HttpState) -> Router {
         .route("/api/v1/revisions/{id}", get(api_revision))
         .route("/api/v1/passes/{id}", get(api_pass))
         .route("/api/v1/drift", get(api_drift))
+        .route("/api/v1/cluster", get(api_cluster))
         .with_state(state.clone())
         .merge(ui::router(state))
 }
@@ -370,6 +373,10 @@ pub struct StatusJson {
     /// and when the next write is allowed.
     #[serde(default)]
     pub writes: crate::agent::window::WritesView,
+    /// `[pmxcfs]`: how publishing this node's status file goes (`None`: cluster mode off,
+    /// or read from the database without an agent).
+    #[serde(default)]
+    pub pmxcfs: Option<crate::cluster::publish::PublishState>,
 }
 
 /// `/api/v1/drift`.
@@ -460,6 +467,7 @@ pub fn status_from_store_with(
         enforced_commit,
         head_invalid,
         writes,
+        pmxcfs: None,
     })
 }
 
@@ -713,9 +721,31 @@ async fn api_status(State(state): State<HttpState>) -> Response {
             let breaker = state.live.breaker();
             status.read_only = breaker.read_only;
             status.write_breaker = Some(breaker);
+            status.pmxcfs = state.publisher.settings().map(|_| state.publisher.state());
             Json(status).into_response()
         }
         Err(response) => response,
+    }
+}
+
+/// The cluster view (`None`: no `[pmxcfs]`, cluster mode off), with PVE's member list.
+pub async fn cluster_view(state: &HttpState) -> Option<crate::cluster::view::ClusterView> {
+    let settings = state.publisher.settings()?;
+    let publish = state.publisher.state();
+    let refused = publish.error.filter(|_| publish.read_only);
+    Some(crate::cluster::view::gather(&settings.pmxcfs, Some(&state.pve), refused).await)
+}
+
+/// `/api/v1/cluster`: the view, or `{"state": "off"}` without `[pmxcfs]`.
+async fn api_cluster(State(state): State<HttpState>) -> Response {
+    match cluster_view(&state).await {
+        Some(view) => Json(view).into_response(),
+        None => Json(json!({
+            "state": "off",
+            "reason": "no [pmxcfs] table in agent.toml: cluster mode is off",
+            "nodes": [],
+        }))
+        .into_response(),
     }
 }
 

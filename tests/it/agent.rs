@@ -211,7 +211,11 @@ async fn an_invalid_commit_is_recorded_with_its_diagnostics_and_the_last_applied
         202
     );
     let status = agent
-        .wait_for(|s| commit_of(s, "last_attempted").as_deref() == Some(bad.as_str()))
+        .wait_for(|s| {
+            // The attempt is listed when the pass starts; its outcome when it ends.
+            commit_of(s, "last_attempted").as_deref() == Some(bad.as_str())
+                && s["last_attempted"]["outcome"].is_string()
+        })
         .await;
     assert_eq!(status["last_attempted"]["outcome"], "invalid");
     assert_eq!(

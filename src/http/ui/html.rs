@@ -34,14 +34,17 @@ pub enum Nav {
     Drift,
     /// `/ui/plan`.
     Plan,
+    /// `/ui/cluster`.
+    Cluster,
 }
 
-const NAV: [(Nav, &str, &str); 5] = [
+const NAV: [(Nav, &str, &str); 6] = [
     (Nav::Overview, "/", "Overview"),
     (Nav::Passes, "/ui/passes", "Passes"),
     (Nav::Resources, "/ui/resources", "Resources"),
     (Nav::Drift, "/ui/drift", "Drift"),
     (Nav::Plan, "/ui/plan", "Plan"),
+    (Nav::Cluster, "/ui/cluster", "Cluster"),
 ];
 
 /// How often (seconds) a page's script reloads its content; `None`: never (the plan
@@ -127,10 +130,10 @@ pub fn badge(word: &str) -> String {
 /// The badge colour of an outcome, result or state: `ok`, `bad`, `warn` or `neutral`.
 pub fn class_of(word: &str) -> &'static str {
     match word {
-        "applied" | "no-change" | "converged" | "succeeded" | "corrected" | "closed" => "ok",
+        "applied" | "no-change" | "converged" | "succeeded" | "corrected" | "closed" | "ok" => "ok",
         "failed" | "invalid" | "open" | "destructive" | "frozen" => "bad",
         "drift" | "anomalous" | "skipped" | "interrupted" | "half-open" | "running" | "risky"
-        | "held" => "warn",
+        | "held" | "stale" | "missing" | "unreadable" => "warn",
         _ => "neutral",
     }
 }
