@@ -266,7 +266,9 @@ mod tests {
         );
         assert_errors(
             &yaml,
-            &["test.yaml:6:23: error: metadata.annotations.proxops/snapshot: `always` is not a value of `proxops/snapshot`\n  help: expected one of `off`, `risky`, `updates`"],
+            &[
+                "test.yaml:6:23: error: metadata.annotations.proxops/snapshot: `always` is not a value of `proxops/snapshot`\n  help: expected one of `off`, `risky`, `updates`",
+            ],
         );
     }
 

@@ -210,22 +210,53 @@ mod tests {
 
     #[test]
     fn risky_mode_snapshots_a_risky_update_and_not_a_safe_one() {
-        assert!(wants_snapshot(&update(&["memory"]), SnapshotMode::Risky, None));
-        assert!(!wants_snapshot(&update(&["tags"]), SnapshotMode::Risky, None));
+        assert!(wants_snapshot(
+            &update(&["memory"]),
+            SnapshotMode::Risky,
+            None
+        ));
+        assert!(!wants_snapshot(
+            &update(&["tags"]),
+            SnapshotMode::Risky,
+            None
+        ));
     }
 
     #[test]
     fn updates_mode_snapshots_every_update_and_off_none() {
-        assert!(wants_snapshot(&update(&["tags"]), SnapshotMode::Updates, None));
-        assert!(!wants_snapshot(&update(&["memory"]), SnapshotMode::Off, None));
+        assert!(wants_snapshot(
+            &update(&["tags"]),
+            SnapshotMode::Updates,
+            None
+        ));
+        assert!(!wants_snapshot(
+            &update(&["memory"]),
+            SnapshotMode::Off,
+            None
+        ));
     }
 
     #[test]
     fn the_guest_annotation_overrides_the_policy_both_ways() {
-        assert!(!wants_snapshot(&update(&["memory"]), SnapshotMode::Risky, Some("off")));
-        assert!(wants_snapshot(&update(&["tags"]), SnapshotMode::Off, Some("updates")));
-        assert!(wants_snapshot(&update(&["memory"]), SnapshotMode::Off, Some("risky")));
-        assert_eq!(mode_for(SnapshotMode::Updates, Some("bogus")), SnapshotMode::Updates);
+        assert!(!wants_snapshot(
+            &update(&["memory"]),
+            SnapshotMode::Risky,
+            Some("off")
+        ));
+        assert!(wants_snapshot(
+            &update(&["tags"]),
+            SnapshotMode::Off,
+            Some("updates")
+        ));
+        assert!(wants_snapshot(
+            &update(&["memory"]),
+            SnapshotMode::Off,
+            Some("risky")
+        ));
+        assert_eq!(
+            mode_for(SnapshotMode::Updates, Some("bogus")),
+            SnapshotMode::Updates
+        );
     }
 
     #[test]
@@ -280,7 +311,15 @@ mod tests {
 
     #[test]
     fn pve_refuses_names_that_are_not_config_ids() {
-        for bad in ["1abc", "a", "with space", "current", "PENDING", "a.b", &"a".repeat(41)] {
+        for bad in [
+            "1abc",
+            "a",
+            "with space",
+            "current",
+            "PENDING",
+            "a.b",
+            &"a".repeat(41),
+        ] {
             assert!(!is_valid_snapshot_name(bad), "{bad}");
         }
         assert!(is_valid_snapshot_name("before-upgrade_2"));
@@ -290,9 +329,16 @@ mod tests {
     fn retention_keeps_the_newest_and_deletes_only_proxops_names() {
         let ours = ["proxops-a-1", "proxops-a-2", "proxops-b-1", "proxops-c-1"];
         assert_eq!(to_delete(&ours, 3), vec!["proxops-a-1"]);
-        assert_eq!(to_delete(&ours, 1), vec!["proxops-a-1", "proxops-a-2", "proxops-b-1"]);
+        assert_eq!(
+            to_delete(&ours, 1),
+            vec!["proxops-a-1", "proxops-a-2", "proxops-b-1"]
+        );
         assert!(to_delete(&ours, 4).is_empty());
-        assert_eq!(to_delete(&ours, 0).len(), 3, "keep 0 still keeps the newest");
+        assert_eq!(
+            to_delete(&ours, 0).len(),
+            3,
+            "keep 0 still keeps the newest"
+        );
         assert!(to_delete(&["someone-else", "proxops-x-1"], 1).is_empty());
     }
 }

@@ -120,7 +120,13 @@ pub(super) fn contract_requests() -> Vec<Request> {
     let mut all = Vec::new();
     for guest in [SnapshotGuest::Qemu, SnapshotGuest::Lxc] {
         all.push(snapshot_list(guest, "pve1", 100));
-        all.push(snapshot_create(guest, "pve1", 100, "proxops-abc1234-1", "d"));
+        all.push(snapshot_create(
+            guest,
+            "pve1",
+            100,
+            "proxops-abc1234-1",
+            "d",
+        ));
         all.push(snapshot_delete(guest, "pve1", 100, "proxops-abc1234-1"));
         all.push(snapshot_rollback(guest, "pve1", 100, "proxops-abc1234-1"));
         all.push(snapshot_feature(guest, "pve1", 100));
@@ -145,13 +151,22 @@ mod tests {
             ]
         );
         let rollback = snapshot_rollback(SnapshotGuest::Lxc, "pve2", 7, "proxops-a-1");
-        assert_eq!(rollback.path, "/nodes/pve2/lxc/7/snapshot/proxops-a-1/rollback");
+        assert_eq!(
+            rollback.path,
+            "/nodes/pve2/lxc/7/snapshot/proxops-a-1/rollback"
+        );
         assert!(rollback.form.is_empty());
         let feature = snapshot_feature(SnapshotGuest::Lxc, "pve2", 7);
-        assert_eq!(feature.query, vec![("feature".to_owned(), "snapshot".to_owned())]);
+        assert_eq!(
+            feature.query,
+            vec![("feature".to_owned(), "snapshot".to_owned())]
+        );
         let delete = snapshot_delete(SnapshotGuest::Qemu, "pve1", 100, "proxops-a-1");
         assert_eq!(delete.method, Method::Delete);
-        assert_eq!(delete.template, "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}");
+        assert_eq!(
+            delete.template,
+            "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}"
+        );
     }
 
     #[test]
