@@ -73,6 +73,10 @@ impl Context {
                     NodeScope::All => None,
                 },
                 scope: config.scope.clone(),
+                snapshots: execute::SnapshotOptions {
+                    policy: config.policy.snapshots,
+                    recorder: None,
+                },
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,
