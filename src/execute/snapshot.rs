@@ -155,9 +155,15 @@ pub(super) async fn before(
             );
         }
     }
-    let taken = run.take().await?;
-    run.retain(&taken.name).await;
-    Ok(Some(taken))
+    let name = run.take().await?;
+    run.retain(&name).await;
+    // Taking and deleting snapshots rewrote the config file: the write carries its digest now.
+    let digest = run.digest().await.map_err(|e| {
+        Run::refused(format!(
+            "reading the config after snapshot {name} failed: {e}; the update was not written"
+        ))
+    })?;
+    Ok(Some(Taken { name, digest }))
 }
 
 /// `action` with the digest read after the snapshot, when one was taken.
@@ -344,7 +350,7 @@ impl Run<'_> {
     }
 
     /// Takes the snapshot and waits for its task; the update is not written if it fails.
-    async fn take(&self) -> Result<Taken, Outcome> {
+    async fn take(&self) -> Result<String, Outcome> {
         let not_written = "the update was not written";
         let existing = self.list().await.map_err(|e| {
             Self::refused(format!("listing the snapshots failed: {e}; {not_written}"))
@@ -397,12 +403,7 @@ impl Run<'_> {
             tracing::warn!(error = %error_text(&error), snapshot = %name, "recording a snapshot failed; retention will not delete it");
         }
         tracing::info!(resource = %self.action.resource, node = %self.action.node, snapshot = %name, "snapshot taken before a risky update");
-        let digest = self.digest().await.map_err(|e| {
-            Self::refused(format!(
-                "reading the config after snapshot {name} failed: {e}; {not_written}"
-            ))
-        })?;
-        Ok(Taken { name, digest })
+        Ok(name)
     }
 
     /// Waits for a snapshot task (`null`: PVE answered without one).
