@@ -348,3 +348,58 @@ async fn with_snapshot_required_an_update_that_cannot_be_snapshotted_is_held() {
     pass_on(&setup.agent, &third, last_id(&status)).await;
     assert_eq!(memory(&world, vmid).await, "768");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_risky_update_names_the_snapshot_to_roll_back_to_and_the_command() {
+    let world = realistic_world().await;
+    let repo = TestRepo::new();
+    let vmid = 153;
+    let first = repo.commit_files(
+        &[("vm/app.yaml", &vm("app", vmid, "local-lvm", 512, ""))],
+        "app",
+    );
+    let setup = agent(&world, &repo, "failed", "").await;
+    let applied = setup
+        .agent
+        .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(first.as_str()))
+        .await;
+    world
+        .sim
+        .control()
+        .fail_requests(proxops_pve_sim::HttpFault {
+            pattern: format!("/qemu/{vmid}/config$"),
+            method: Some("PUT".to_owned()),
+            status: 500,
+            message: Some("unable to write the config".to_owned()),
+            times: Some(1),
+            probability: None,
+        })
+        .unwrap();
+    let second = repo.commit_files(
+        &[("vm/app.yaml", &vm("app", vmid, "local-lvm", 640, ""))],
+        "more memory",
+    );
+    nudge(&setup.agent).await;
+    let status = pass_on(&setup.agent, &second, last_id(&applied)).await;
+    let detail = setup
+        .agent
+        .get(&format!("/api/v1/passes/{}", last_id(&status)))
+        .await;
+    let update = detail["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["verb"] == "update")
+        .unwrap_or_else(|| panic!("no update recorded: {detail:#}"))
+        .clone();
+    assert_eq!(update["result"], "failed", "{update:#}");
+    let snapshot = format!("proxops-{}-1", &second[..7]);
+    let error = update["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("unable to write the config")
+            && error.contains(&format!("snapshot {snapshot} was taken before this update"))
+            && error.contains(&format!("proxops rollback VM/app --snapshot {snapshot}")),
+        "{error}"
+    );
+    assert_eq!(snapshots(&world, vmid).await, vec![snapshot]);
+}
