@@ -23,6 +23,11 @@
 //! Without a store (the CLI's `apply`) no snapshot is taken: retention and rollback must know
 //! which snapshots are ProxOps's own, and only the agent records them.
 
+#![allow(
+    clippy::result_large_err,
+    reason = "the Err is the action's Outcome, built at most once per action"
+)]
+
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -137,7 +142,7 @@ pub(super) async fn before(
     // The config must still be the planned one, or the snapshot would not be of it.
     let digest = match run.digest().await {
         Ok(digest) => digest,
-        Err(error) => return run.cannot(found, format!("reading its config failed ({error})")),
+        Err(error) => return run.cannot(found, &format!("reading its config failed ({error})")),
     };
     if update.digest.is_some() && digest != update.digest {
         return Ok(None);
@@ -146,12 +151,12 @@ pub(super) async fn before(
         Ok(true) => {}
         Ok(false) => {
             let why = run.why_not().await;
-            return run.cannot(found, why);
+            return run.cannot(found, &why);
         }
         Err(error) => {
             return run.cannot(
                 found,
-                format!("asking PVE whether it can be snapshotted failed ({error})"),
+                &format!("asking PVE whether it can be snapshotted failed ({error})"),
             );
         }
     }
@@ -301,7 +306,7 @@ impl Run<'_> {
 
     /// A snapshot was due and cannot be taken: a finding; the update is held when
     /// `snapshot_required`, else it goes on.
-    fn cannot(&self, found: &Found, why: String) -> Result<Option<Taken>, Outcome> {
+    fn cannot(&self, found: &Found, why: &str) -> Result<Option<Taken>, Outcome> {
         let required = self.options.snapshots.policy.required;
         let next = if required {
             "the update is held until a snapshot can be taken ([policy] snapshot_required = true)"
