@@ -4,7 +4,7 @@
 //! sends the requests.
 //!
 //! - [`SnapshotMode`]: `[policy] snapshot` and the per-guest `proxops/snapshot` annotation
-//!   (which wins). `risky` snapshots before an update whose [`risk`](super::risk::risk) is
+//!   (which wins). `risky` snapshots before an update whose [`risk`] is
 //!   `risky` or `destructive`; `updates` before every update; `off` never. Creates, clones,
 //!   deletes and power actions never get one: only a config write changes a guest that
 //!   already exists in a way a rollback can undo.
