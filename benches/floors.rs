@@ -112,6 +112,7 @@ fn context(sim: &RunningSim, read_concurrency: usize) -> Context {
                 ..proxops_core::scope::Scope::default()
             },
             cluster_lock_dir: None,
+            snapshots: execute::SnapshotOptions::default(),
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

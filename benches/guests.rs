@@ -105,6 +105,7 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
                 ..proxops_core::scope::Scope::default()
             },
             cluster_lock_dir: None,
+            snapshots: execute::SnapshotOptions::default(),
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

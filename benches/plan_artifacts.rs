@@ -94,6 +94,7 @@ async fn run() {
             local_node: None,
             scope: proxops_core::scope::Scope::default(),
             cluster_lock_dir: None,
+            snapshots: execute::SnapshotOptions::default(),
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

@@ -203,6 +203,8 @@ pub struct Policy {
     pub write_breaker_cool_down: Duration,
     /// `[[policy.window]]`: when writes may happen (UTC); empty: always.
     pub windows: Vec<crate::agent::window::Window>,
+    /// `snapshot`, `snapshot_keep`, `snapshot_required`: snapshots before risky updates.
+    pub snapshots: proxops_core::plan::snapshot_policy::SnapshotPolicy,
 }
 
 /// `[policy] mode`.
@@ -344,6 +346,38 @@ struct RawPolicy {
     write_breaker_threshold: Option<u32>,
     write_breaker_cool_down: Option<String>,
     window: Option<Vec<crate::agent::window::RawWindow>>,
+    snapshot: Option<String>,
+    snapshot_keep: Option<u32>,
+    snapshot_required: Option<bool>,
+}
+
+/// `[policy] snapshot` (`off`, `risky`, `updates`; default `risky`), `snapshot_keep` (at
+/// least 1; default 3) and `snapshot_required` (default false).
+fn snapshot_policy(
+    p: &RawPolicy,
+) -> Result<proxops_core::plan::snapshot_policy::SnapshotPolicy, (&'static str, String)> {
+    use proxops_core::plan::snapshot_policy::{DEFAULT_KEEP, SnapshotMode, SnapshotPolicy};
+    let mode = match p.snapshot.as_deref() {
+        None => SnapshotMode::Risky,
+        Some(text) => SnapshotMode::parse(text).ok_or_else(|| {
+            (
+                "policy.snapshot",
+                format!("`{text}` is not one of `off`, `risky`, `updates`"),
+            )
+        })?,
+    };
+    let keep = p.snapshot_keep.unwrap_or(DEFAULT_KEEP);
+    if keep == 0 {
+        return Err((
+            "policy.snapshot_keep",
+            "must be at least 1 (the snapshot just taken is always kept); set snapshot = \"off\" to take none".to_owned(),
+        ));
+    }
+    Ok(SnapshotPolicy {
+        mode,
+        keep,
+        required: p.snapshot_required.unwrap_or(false),
+    })
 }
 
 impl AgentConfig {
@@ -670,6 +704,7 @@ impl AgentConfig {
             .map_err(|(key, message)| invalid(key, message))?;
 
         let p = raw.policy.unwrap_or_default();
+        let snapshots = snapshot_policy(&p).map_err(|(key, message)| invalid(key, message))?;
         let task_timeout_text = p
             .task_timeout
             .unwrap_or_else(|| DEFAULT_TASK_TIMEOUT.to_owned());
@@ -692,6 +727,7 @@ impl AgentConfig {
         let windows = crate::agent::window::parse(p.window.as_deref().unwrap_or_default())
             .map_err(|(key, message)| invalid(&key, message))?;
         let policy = Policy {
+            snapshots,
             windows,
             write_breaker_threshold: p
                 .write_breaker_threshold
@@ -1079,6 +1115,46 @@ write_breaker_cool_down = "90s"
         assert!(matches!(source.poll, Poll::Cron(ref c) if c == "*/5 * * * *"));
         use secrecy::ExposeSecret;
         assert_eq!(config.pve.token_secret.expose_secret(), SECRET);
+    }
+
+    #[test]
+    fn snapshot_policy_defaults_to_risky_keep_three_and_reads_its_keys() {
+        use proxops_core::plan::snapshot_policy::{SnapshotMode, SnapshotPolicy};
+        let base = "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\ninsecure = true\n";
+        let (_dir, path) = write_config(base);
+        let config = AgentConfig::load(&path).unwrap();
+        assert_eq!(config.policy.snapshots, SnapshotPolicy::default());
+        assert_eq!(config.policy.snapshots.mode, SnapshotMode::Risky);
+        assert_eq!(config.policy.snapshots.keep, 3);
+        let (_dir, path) = write_config(&format!(
+            "{base}[policy]\nsnapshot = \"updates\"\nsnapshot_keep = 5\nsnapshot_required = true\n"
+        ));
+        let config = AgentConfig::load(&path).unwrap();
+        assert_eq!(
+            config.policy.snapshots,
+            SnapshotPolicy {
+                mode: SnapshotMode::Updates,
+                keep: 5,
+                required: true
+            }
+        );
+    }
+
+    #[test]
+    fn an_unknown_snapshot_mode_or_a_keep_of_zero_is_refused_naming_the_key() {
+        let base = "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\ninsecure = true\n[policy]\n";
+        let (_dir, path) = write_config(&format!("{base}snapshot = \"always\"\n"));
+        let err = AgentConfig::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("policy.snapshot") && err.contains("`always`"),
+            "{err}"
+        );
+        let (_dir, path) = write_config(&format!("{base}snapshot_keep = 0\n"));
+        let err = AgentConfig::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("policy.snapshot_keep") && err.contains("at least 1"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -74,6 +74,10 @@ impl Context {
                 },
                 scope: config.scope.clone(),
                 cluster_lock_dir: config.pmxcfs.as_ref().map(|p| p.lock_dir.clone()),
+                snapshots: execute::SnapshotOptions {
+                    policy: config.policy.snapshots,
+                    recorder: None,
+                },
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,

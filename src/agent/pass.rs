@@ -403,8 +403,10 @@ async fn enforce(
         gated: None,
     };
     let progress = recording_progress(deps, pass, cancel.clone());
+    let context =
+        crate::execute::snapshot_context(&deps.context, &deps.store, &revision.commit, pass);
     let result = reconcile::reconcile_once(
-        &deps.context,
+        &context,
         &revision.files,
         deps.cluster.as_deref(),
         Mode::Apply,
@@ -418,6 +420,12 @@ async fn enforce(
         && let Some(report) = &done.report
     {
         record_corrected(deps, pass, report);
+        // What the executor found (no snapshot before a risky update), with the plan's.
+        if !report.findings.is_empty() {
+            let mut plan = done.plan.clone();
+            plan.findings.extend(report.findings.iter().cloned());
+            record_findings(deps, pass, &done.desired, &plan, &revision.commit);
+        }
     }
     (result, hooks.gated)
 }

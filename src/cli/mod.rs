@@ -16,6 +16,7 @@ pub mod freeze;
 pub mod migrate_config;
 pub mod pass;
 pub mod plan;
+pub mod rollback;
 pub mod schema;
 pub mod status;
 pub mod validate;
@@ -61,6 +62,8 @@ enum Command {
     Freeze(freeze::Args),
     /// Lift a freeze: the agent's next pass may write again.
     Unfreeze(freeze::UnfreezeArgs),
+    /// Roll a guest back to a snapshot ProxOps took before a risky update.
+    Rollback(rollback::Args),
     /// Print the JSON Schema of the manifest format (for editors and the YAML language server).
     Schema(schema::Args),
     /// Write manifests for the guests and files already on PVE (reads only; never writes to PVE).
@@ -118,6 +121,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Drift(args) => runtime()?.block_on(drift::run(&args)),
         Command::Freeze(args) => freeze::run(&args),
         Command::Unfreeze(args) => freeze::unfreeze(&args),
+        Command::Rollback(args) => runtime()?.block_on(rollback::run(&args)),
         Command::Demo(args) => runtime()?.block_on(demo::run(&args)),
     }
 }

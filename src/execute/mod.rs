@@ -15,9 +15,11 @@
 mod download;
 mod failure;
 mod guest;
+mod snapshot;
 mod snippets;
 
 pub use failure::FailureClass;
+pub use snapshot::{SnapshotOptions, SnapshotRecorder, snapshot_context};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -51,6 +53,8 @@ pub struct Options {
     /// `[pmxcfs] lock_dir`: a download to a shared storage runs under a cluster-wide lock
     /// there (`crate::cluster::lock`); `None` without `[pmxcfs]`.
     pub cluster_lock_dir: Option<std::path::PathBuf>,
+    /// `[policy] snapshot*`: snapshots before risky updates (`snapshot.rs`).
+    pub snapshots: SnapshotOptions,
 }
 
 /// Progress of an apply, for people watching it.
@@ -113,6 +117,9 @@ pub struct ApplyReport {
     /// The levels a gate held back, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_back: Option<HeldBack>,
+    /// What the executor found while it ran (`snapshot-skipped`), to record with the plan's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<proxops_core::plan::Finding>,
 }
 
 /// Levels a gate held back.
@@ -221,6 +228,7 @@ pub async fn apply(
         .collect();
 
     let shared_desired = Arc::new(desired.clone());
+    let found: Arc<snapshot::Found> = Arc::default();
     for (level_index, level) in plan.levels.iter().enumerate() {
         if let LevelGate::HoldBack(reason) = gate.before_level(level_index) {
             let held: Vec<Action> = plan.levels[level_index..]
@@ -270,6 +278,7 @@ pub async fn apply(
             let options = options.clone();
             let progress = progress.clone();
             let cancel = cancel.clone();
+            let found = found.clone();
             let node_limit = node_limits.get(&first.node).cloned();
             let locks: Vec<Option<Arc<Mutex<()>>>> = group
                 .iter()
@@ -313,27 +322,39 @@ pub async fn apply(
                             error,
                         }
                     } else {
-                        match &action.verb {
-                            Verb::Download(d) => {
-                                download::run(&pve, &action, d, &options, &progress, &cancel).await
-                            }
-                            Verb::WriteSnippet(s) => {
-                                snippets::write(&pve, &desired, &action, s, &options).await
-                            }
-                            Verb::RemoveSnippet(s) => {
-                                snippets::remove(&pve, &action, s, &options).await
-                            }
-                            _ => {
-                                guest::GuestRun {
-                                    pve: &pve,
-                                    desired: &desired,
-                                    action: &action,
-                                    options: &options,
-                                    progress: &progress,
-                                    cancel: &cancel,
-                                }
-                                .run()
-                                .await
+                        match snapshot::before(&pve, &desired, &action, &options, &cancel, &found)
+                            .await
+                        {
+                            Err(held) => held,
+                            Ok(taken) => {
+                                let action = snapshot::with_digest(&action, taken.as_ref());
+                                let outcome = match &action.verb {
+                                    Verb::Download(d) => {
+                                        download::run(
+                                            &pve, &action, d, &options, &progress, &cancel,
+                                        )
+                                        .await
+                                    }
+                                    Verb::WriteSnippet(s) => {
+                                        snippets::write(&pve, &desired, &action, s, &options).await
+                                    }
+                                    Verb::RemoveSnippet(s) => {
+                                        snippets::remove(&pve, &action, s, &options).await
+                                    }
+                                    _ => {
+                                        guest::GuestRun {
+                                            pve: &pve,
+                                            desired: &desired,
+                                            action: &action,
+                                            options: &options,
+                                            progress: &progress,
+                                            cancel: &cancel,
+                                        }
+                                        .run()
+                                        .await
+                                    }
+                                };
+                                snapshot::after(outcome, taken.as_ref(), &action, &options)
                             }
                         }
                     };
@@ -363,6 +384,10 @@ pub async fn apply(
             report.results.push(result);
         }
     }
+    report.findings = found
+        .lock()
+        .map(|mut f| std::mem::take(&mut *f))
+        .unwrap_or_default();
     report
 }
 

@@ -37,6 +37,7 @@ mod risk;
 mod scope;
 mod secrets_never_leak;
 mod sim;
+mod snapshots_before_updates;
 mod snippets;
 mod sops;
 mod stats_lag;

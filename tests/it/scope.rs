@@ -155,6 +155,7 @@ async fn a_manifest_cannot_write_a_guest_on_a_node_outside_the_scope() {
             ..Scope::default()
         },
         cluster_lock_dir: None,
+        snapshots: execute::SnapshotOptions::default(),
     };
     let progress: Progress = Arc::new(|_| {});
     let report = execute::apply(

@@ -60,6 +60,23 @@ pub(crate) struct Guest {
     /// The guest OS ignores ACPI power-down requests (a hung guest, or one without ACPI
     /// support): `shutdown` waits its `timeout`, then fails or, with `forceStop`, kills it.
     pub(crate) ignores_shutdown: bool,
+    /// The config's `[snapname]` sections (issue 19), by name: see [`Snapshot`].
+    pub(crate) snapshots: BTreeMap<String, Snapshot>,
+}
+
+/// One `[snapname]` section of a guest config: a copy of the config when it was taken
+/// (`PVE::AbstractConfig::__snapshot_copy_config`, pve-guest-common @ 4a8f6cb, without
+/// `lock`, `digest`, `description`, `unusedN`) plus its own keys.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    pub(crate) config: BTreeMap<String, String>,
+    pub(crate) snaptime: u64,
+    pub(crate) description: String,
+    /// `snapstate` while a create (`prepare`) or delete (`delete`) task runs.
+    pub(crate) snapstate: Option<String>,
+    /// Taken with the RAM state of a running VM.
+    pub(crate) vmstate: bool,
+    pub(crate) parent: Option<String>,
 }
 
 impl Guest {
@@ -76,6 +93,7 @@ impl Guest {
             started_at: None,
             pid: None,
             ignores_shutdown: false,
+            snapshots: BTreeMap::new(),
         }
     }
 
@@ -129,6 +147,24 @@ impl Guest {
                 text.push_str(&format!("delete: {}\n", keys.join(",")));
             }
             for (k, v) in &self.pending {
+                text.push_str(&format!("{k}: {v}\n"));
+            }
+        }
+        // The digest covers the whole file, snapshot sections too (qemu-server
+        // `parse_vm_config`: `sha1_hex($raw)`), so taking a snapshot changes it.
+        for (name, snap) in &self.snapshots {
+            text.push_str(&format!("\n[{name}]\n"));
+            if !snap.description.is_empty() {
+                text.push_str(&format!("description: {}\n", snap.description));
+            }
+            if let Some(parent) = &snap.parent {
+                text.push_str(&format!("parent: {parent}\n"));
+            }
+            if let Some(state) = &snap.snapstate {
+                text.push_str(&format!("snapstate: {state}\n"));
+            }
+            text.push_str(&format!("snaptime: {}\n", snap.snaptime));
+            for (k, v) in &snap.config {
                 text.push_str(&format!("{k}: {v}\n"));
             }
         }

@@ -59,6 +59,17 @@ EXTRA_ENDPOINTS = [
     ("/cluster/options", "GET"),
     # The agent reads a storage's `path` to write cloud-init snippets (issue 21).
     ("/storage/{storage}", "GET"),
+    # Snapshots before risky updates and `proxops rollback` (issue 19).
+    ("/nodes/{node}/qemu/{vmid}/snapshot", "GET"),
+    ("/nodes/{node}/qemu/{vmid}/snapshot", "POST"),
+    ("/nodes/{node}/qemu/{vmid}/snapshot/{snapname}", "DELETE"),
+    ("/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback", "POST"),
+    ("/nodes/{node}/qemu/{vmid}/feature", "GET"),
+    ("/nodes/{node}/lxc/{vmid}/snapshot", "GET"),
+    ("/nodes/{node}/lxc/{vmid}/snapshot", "POST"),
+    ("/nodes/{node}/lxc/{vmid}/snapshot/{snapname}", "DELETE"),
+    ("/nodes/{node}/lxc/{vmid}/snapshot/{snapname}/rollback", "POST"),
+    ("/nodes/{node}/lxc/{vmid}/feature", "GET"),
 ]
 
 

@@ -17,6 +17,12 @@ use crate::cluster::ResourceType;
 use crate::storage::{ContentType, DownloadUrl};
 use crate::upid::Upid;
 
+mod snapshot;
+pub use snapshot::{
+    SnapshotEntry, SnapshotGuest, snapshot_create, snapshot_delete, snapshot_feature,
+    snapshot_list, snapshot_rollback,
+};
+
 /// Characters escaped in a path segment: everything but `encodeURIComponent`'s unreserved set,
 /// which is what PVE's own web UI and most PVE clients use (a UPID's `:` becomes `%3A`).
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -981,6 +987,9 @@ pub fn all_endpoints_for_contract() -> Vec<Request> {
         }),
         pool_delete("prod"),
     ]
+    .into_iter()
+    .chain(snapshot::contract_requests())
+    .collect()
 }
 
 #[cfg(test)]
@@ -1293,7 +1302,7 @@ mod tests {
         let distinct: std::collections::HashSet<_> =
             all.iter().map(|r| (r.method, r.template)).collect();
         assert_eq!(distinct.len(), all.len(), "one request per builder");
-        assert_eq!(all.len(), 48);
+        assert_eq!(all.len(), 48 + 10);
         for req in &all {
             // the concrete path has as many segments as its template
             assert_eq!(

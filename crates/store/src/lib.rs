@@ -27,7 +27,8 @@
 //! Layout: [`migrations`] (versioned schema), [`passes`] (one row per pass, its counts and
 //! diagnostics), [`pass_notes`] (what a pass noted: git errors, breaker marks), [`actions`]
 //! (with the UPIDs of their PVE tasks, stored as text, and their risk level), [`drift`],
-//! [`inventory`], [`freeze`] (the operator's `proxops freeze`).
+//! [`inventory`], [`freeze`] (the operator's `proxops freeze`), [`snapshots`] (the guest
+//! snapshots ProxOps took before risky updates).
 //!
 //! Boundary: this crate knows SQLite and `proxops-core`'s types, nothing of the executor, the
 //! agent or PVE's client; the `proxops` package converts its executor's results into the row
@@ -46,6 +47,7 @@ pub mod inventory;
 pub mod migrations;
 pub mod pass_notes;
 pub mod passes;
+pub mod snapshots;
 pub mod views;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +62,7 @@ pub use freeze::Freeze;
 pub use inventory::OwnedGuest;
 pub use pass_notes::{BreakerMark, PassNotes};
 pub use passes::{Enforced, PassCounts, PassId, PassOutcome, PassSummary, Trigger};
+pub use snapshots::SnapshotRecord;
 
 /// The store, shared between the agent's loop (writes) and its HTTP API (reads).
 pub type SharedStore = Arc<Mutex<Store>>;

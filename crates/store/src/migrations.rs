@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[&str] = &[
     V2_PASS_NOTES,
     V3_ENFORCED_AND_DRIFT_PASSES,
     V4_RISK_AND_FREEZE,
+    V_SNAPSHOTS,
 ];
 
 /// Version 1: passes, actions, drift findings, inventory.
@@ -142,6 +143,28 @@ CREATE TABLE freeze (
     who       TEXT    NOT NULL,
     since_at  INTEGER NOT NULL
 ) STRICT;
+";
+
+/// Issue 19 (snapshots before risky updates): every snapshot ProxOps took, so retention
+/// and `proxops rollback` touch only its own. `pass_id` is not a foreign key: passes are
+/// pruned, and a snapshot outlives the pass that took it. `deleted_at` is set when
+/// retention deleted it.
+const V_SNAPSHOTS: &str = r"
+CREATE TABLE snapshots (
+    id              INTEGER PRIMARY KEY,
+    node            TEXT    NOT NULL,
+    vmid            INTEGER NOT NULL,
+    guest_type      TEXT    NOT NULL CHECK (guest_type IN ('qemu', 'lxc')),
+    resource_kind   TEXT    NOT NULL,
+    resource_name   TEXT    NOT NULL,
+    name            TEXT    NOT NULL,
+    revision        TEXT    NOT NULL,
+    pass_id         INTEGER,
+    taken_at        INTEGER NOT NULL,
+    deleted_at      INTEGER,
+    UNIQUE (node, vmid, name)
+) STRICT;
+CREATE INDEX snapshots_by_resource ON snapshots (resource_kind, resource_name, id);
 ";
 
 /// The schema version this binary writes.
@@ -363,7 +386,7 @@ mod tests {
             (pass, store.conn.last_insert_rowid())
         };
         let mut store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 4);
+        assert_eq!(store.schema_version().unwrap(), latest());
         assert_eq!(store.freeze().unwrap(), None);
         let iso = download("debian", "pve1", "https://example.org/debian.iso");
         let new = store.record_action_started(pass, &iso, at(1)).unwrap();

@@ -259,6 +259,20 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_annotation_with_an_unknown_value_is_a_located_error() {
+        let yaml = doc("ISO", "a", ISO_SPEC).replace(
+            "  name: a\n",
+            "  name: a\n  annotations:\n    proxops/snapshot: always\n",
+        );
+        assert_errors(
+            &yaml,
+            &[
+                "test.yaml:6:23: error: metadata.annotations.proxops/snapshot: `always` is not a value of `proxops/snapshot`\n  help: expected one of `off`, `risky`, `updates`",
+            ],
+        );
+    }
+
+    #[test]
     fn several_documents_are_read_and_empty_ones_skipped() {
         let yaml = format!(
             "---\n{}\n---\n\n---\n{}",

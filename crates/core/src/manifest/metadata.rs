@@ -21,13 +21,16 @@ pub const DRIFT: &str = "proxops/drift";
 pub const ADOPT: &str = "proxops/adopt";
 /// The annotation that allows restarts to apply pending changes (`on-change`).
 pub const RESTART: &str = "proxops/restart";
+/// The annotation that overrides `[policy] snapshot` for one guest (issue 19).
+pub const SNAPSHOT: &str = "proxops/snapshot";
 
 /// The `proxops/` annotations ProxOps reads, with the values each accepts.
-const KNOWN: [(&str, &[&str]); 4] = [
+const KNOWN: [(&str, &[&str]); 5] = [
     (DEPENDS_ON, &[]),
     (DRIFT, &["report", "correct"]),
     (ADOPT, &["true", "false"]),
     (RESTART, &["on-change", "never"]),
+    (SNAPSHOT, &["off", "risky", "updates"]),
 ];
 
 /// The help text listing every kind spelling.

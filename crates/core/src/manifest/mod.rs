@@ -47,7 +47,7 @@ pub use choice::{
 };
 pub use ids::{MAX_NAME_LEN, NodeName, StorageId, VmId, is_valid_name};
 pub use lxc::*;
-pub use metadata::{ADOPT, DEPENDS_ON, DRIFT, RESTART};
+pub use metadata::{ADOPT, DEPENDS_ON, DRIFT, RESTART, SNAPSHOT};
 pub use quantity::{ByteSize, Mebibytes, NotWholeMib, QuantityError};
 pub use vm::*;
 

@@ -10,6 +10,7 @@ mod artifacts;
 mod guests;
 pub mod render;
 pub mod risk;
+pub mod snapshot_policy;
 mod snippets;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -349,6 +350,10 @@ pub enum FindingKind {
     /// A create or clone beyond `[scope] max_creates` this pass (or an action waiting for
     /// one): a later pass does it.
     Deferred,
+    /// No snapshot was taken before a risky update (a volume's storage cannot snapshot, or
+    /// the snapshot failed): the finding says which volume on which storage, and whether the
+    /// update went on or was held (`[policy] snapshot_required`). Issue 19.
+    SnapshotSkipped,
 }
 
 impl FindingKind {
@@ -369,6 +374,7 @@ impl FindingKind {
             FindingKind::SnippetsStorage => "snippets-storage",
             FindingKind::OutOfScope => "out-of-scope",
             FindingKind::Deferred => "deferred",
+            FindingKind::SnapshotSkipped => "snapshot-skipped",
         }
     }
 }

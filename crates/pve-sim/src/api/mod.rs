@@ -24,6 +24,7 @@ mod network;
 mod permission;
 mod pools;
 mod qemu;
+mod snapshot;
 mod storage;
 mod tasks;
 
@@ -178,6 +179,17 @@ enum Endpoint {
     Permissions,
     TicketGet,
     TicketPost,
+    Snapshot(Kind, SnapshotOp),
+}
+
+/// The snapshot endpoints of a guest (`snapshot.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SnapshotOp {
+    List,
+    Create,
+    Delete,
+    Rollback,
+    Feature,
 }
 
 /// Finds the endpoint and the path parameters; `None` answers 501.
@@ -284,6 +296,17 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
                             E::AgentNetwork
                         }
                         ("POST", ["agent"]) if kind == Kind::Qemu => E::Agent,
+                        ("GET", ["snapshot"]) => E::Snapshot(kind, SnapshotOp::List),
+                        ("POST", ["snapshot"]) => E::Snapshot(kind, SnapshotOp::Create),
+                        ("GET", ["feature"]) => E::Snapshot(kind, SnapshotOp::Feature),
+                        (m, ["snapshot", snap, rest @ ..]) => {
+                            put("snapname", snap);
+                            match (m, rest) {
+                                ("DELETE", []) => E::Snapshot(kind, SnapshotOp::Delete),
+                                ("POST", ["rollback"]) => E::Snapshot(kind, SnapshotOp::Rollback),
+                                _ => return None,
+                            }
+                        }
                         _ => return None,
                     }
                 }
@@ -351,6 +374,13 @@ async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
         E::CloudinitUpdate => qemu::cloudinit_update(ctx).await.map(Into::into),
         E::AgentPing => qemu::agent(ctx, "ping").map(Into::into),
         E::AgentNetwork => qemu::agent(ctx, "network-get-interfaces").map(Into::into),
+        E::Snapshot(kind, op) => match op {
+            SnapshotOp::List => snapshot::list(ctx, kind).map(Into::into),
+            SnapshotOp::Create => snapshot::create(ctx, kind).await.map(Into::into),
+            SnapshotOp::Delete => snapshot::delete(ctx, kind).await.map(Into::into),
+            SnapshotOp::Rollback => snapshot::rollback(ctx, kind).await.map(Into::into),
+            SnapshotOp::Feature => snapshot::feature(ctx, kind).map(Into::into),
+        },
         E::Agent => {
             let command = ctx.params.required("command")?.to_string();
             qemu::agent(ctx, &command).map(Into::into)

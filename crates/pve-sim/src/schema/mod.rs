@@ -1026,6 +1026,22 @@ mod tests {
             ("GET", "/access/permissions"),
             ("POST", "/access/ticket"),
             ("GET", "/nodes/{node}/network"),
+            ("GET", "/nodes/{node}/qemu/{vmid}/snapshot"),
+            ("POST", "/nodes/{node}/qemu/{vmid}/snapshot"),
+            ("DELETE", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}"),
+            (
+                "POST",
+                "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
+            ),
+            ("GET", "/nodes/{node}/qemu/{vmid}/feature"),
+            ("GET", "/nodes/{node}/lxc/{vmid}/snapshot"),
+            ("POST", "/nodes/{node}/lxc/{vmid}/snapshot"),
+            ("DELETE", "/nodes/{node}/lxc/{vmid}/snapshot/{snapname}"),
+            (
+                "POST",
+                "/nodes/{node}/lxc/{vmid}/snapshot/{snapname}/rollback",
+            ),
+            ("GET", "/nodes/{node}/lxc/{vmid}/feature"),
         ];
         let schema = Schema::vendored();
         let missing: Vec<_> = served

@@ -14,6 +14,7 @@ mod lxc;
 mod permission;
 mod pools;
 mod qemu;
+mod snapshots;
 mod snippets;
 mod storage;
 mod tasks;
