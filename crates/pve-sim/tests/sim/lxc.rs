@@ -1,11 +1,14 @@
 //! lxc guests: create, config rules, power state checks, template, clone.
 
-use crate::{Sim, sim};
+use crate::{Sim, sim, sim_with_slow};
 
 const TEMPLATE: &str = "local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst";
 
 async fn with_template() -> Sim {
-    let s = sim().await;
+    place_template(sim().await).await
+}
+
+async fn place_template(s: Sim) -> Sim {
     crate::download::place_file(
         &s,
         "local",
@@ -60,7 +63,7 @@ async fn lxc_create_fills_defaults_and_a_hwaddr() {
 
 #[tokio::test]
 async fn lxc_create_locks_the_container_until_the_task_ends() {
-    let s = with_template().await;
+    let s = place_template(sim_with_slow("vzcreate").await).await;
     let upid = s
         .post(
             "/nodes/pve1/lxc",

@@ -66,6 +66,20 @@ pub async fn sim() -> Sim {
     .await
 }
 
+/// A simulator whose `task_type` tasks take 3 s, so checks made while such a task runs do run
+/// inside it however loaded the machine (at [`TASK`] a create sometimes ended before the
+/// first check).
+pub async fn sim_with_slow(task_type: &str) -> Sim {
+    sim_with(SimConfig {
+        tls: false,
+        task_duration: TASK,
+        task_durations: [(task_type.to_owned(), Duration::from_secs(3))].into(),
+        lock_timeout: Duration::from_millis(300),
+        ..SimConfig::default()
+    })
+    .await
+}
+
 /// A response: status, reason phrase and JSON body (`Null` when empty or not JSON).
 #[derive(Debug)]
 pub struct Resp {

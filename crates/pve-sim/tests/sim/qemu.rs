@@ -1,23 +1,10 @@
 //! qemu guests: create, config, pending, digest, lifecycle, template, clone, resize, agent.
 
-use std::time::Duration;
-
-use proxops_pve_sim::SimConfig;
-
-use crate::{Sim, TASK, sim, sim_with};
+use crate::{Sim, sim, sim_with_slow};
 
 #[tokio::test]
 async fn create_locks_the_guest_until_the_task_ends() {
-    // A create task long enough that the checks below run while it does, however loaded the
-    // machine (at the default 40 ms it sometimes ended before the first check).
-    let s = sim_with(SimConfig {
-        tls: false,
-        task_duration: TASK,
-        task_durations: [("qmcreate".to_owned(), Duration::from_secs(3))].into(),
-        lock_timeout: Duration::from_millis(300),
-        ..SimConfig::default()
-    })
-    .await;
+    let s = sim_with_slow("qmcreate").await;
     let upid = s
         .post(
             "/nodes/pve1/qemu",
