@@ -9,6 +9,7 @@
 mod artifacts;
 mod guests;
 pub mod render;
+pub mod digest;
 pub mod risk;
 mod snippets;
 
