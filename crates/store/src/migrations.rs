@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[&str] = &[
     V2_PASS_NOTES,
     V3_ENFORCED_AND_DRIFT_PASSES,
     V4_RISK_AND_FREEZE,
+    V_APPROVALS,
 ];
 
 /// Version 1: passes, actions, drift findings, inventory.
@@ -143,6 +144,10 @@ CREATE TABLE freeze (
     since_at  INTEGER NOT NULL
 ) STRICT;
 ";
+
+/// Issue 19 (approvals): the actions a pass held for an operator's approval, with their
+/// digest, and what became of them: see `approvals.rs`.
+pub(crate) const V_APPROVALS: &str = crate::approvals::SCHEMA;
 
 /// The schema version this binary writes.
 pub fn latest() -> u32 {
