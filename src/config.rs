@@ -200,6 +200,8 @@ pub struct Policy {
     pub write_breaker_cool_down: Duration,
     /// `[[policy.window]]`: when writes may happen (UTC); empty: always.
     pub windows: Vec<crate::agent::window::Window>,
+    /// `[policy] approve` and `max_changes`: what waits for `proxops approve`.
+    pub approve: crate::agent::approval::ApprovePolicy,
 }
 
 /// `[policy] mode`.
@@ -340,6 +342,8 @@ struct RawPolicy {
     write_breaker_threshold: Option<u32>,
     write_breaker_cool_down: Option<String>,
     window: Option<Vec<crate::agent::window::RawWindow>>,
+    approve: Option<Vec<crate::agent::approval::ApproveWhen>>,
+    max_changes: Option<u32>,
 }
 
 impl AgentConfig {
@@ -689,6 +693,12 @@ impl AgentConfig {
             .map_err(|(key, message)| invalid(&key, message))?;
         let policy = Policy {
             windows,
+            approve: crate::agent::approval::ApprovePolicy {
+                when: p.approve.unwrap_or_default().into_iter().collect(),
+                max_changes: p
+                    .max_changes
+                    .unwrap_or(crate::agent::approval::DEFAULT_MAX_CHANGES),
+            },
             write_breaker_threshold: p
                 .write_breaker_threshold
                 .unwrap_or(DEFAULT_WRITE_BREAKER_THRESHOLD),

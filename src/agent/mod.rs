@@ -17,6 +17,7 @@
 //! next trigger. Webhook nudges go through a channel of capacity one: while a pass runs,
 //! any number of deliveries coalesce into exactly one more pass.
 
+pub mod approval;
 pub mod breaker;
 pub mod gate;
 pub mod lock;
@@ -190,6 +191,7 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             breaker: kept.breaker,
             plan_options: PlanOptions::from_config(config),
             enforced: Mutex::new(None),
+            approve: config.policy.approve.clone(),
             forge: config.forge.as_ref().and_then(|forge| {
                 crate::forge::Forge::start(
                     forge,
