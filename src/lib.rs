@@ -31,6 +31,7 @@ pub mod agent;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod error_chain;
 pub mod execute;

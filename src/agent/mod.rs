@@ -82,6 +82,9 @@ pub enum AgentError {
     /// The poll schedule is invalid.
     #[error("the poll schedule")]
     Schedule(#[source] schedule::ScheduleError),
+    /// The control socket (`<state_dir>/control.sock`) could not be created.
+    #[error(transparent)]
+    Control(#[from] crate::control::ControlError),
 }
 
 /// Path of the state database inside `state_dir`.
@@ -211,6 +214,8 @@ pub struct Agent {
     kept: Kept,
     running: Running,
     nudges: mpsc::Receiver<Nudge>,
+    /// `<state_dir>/control.sock` and what its approvals wake (`crate::control`).
+    control: crate::control::ControlSocket,
 }
 
 /// What the agent shares with its HTTP surface (status API, metrics, webhooks).
@@ -267,6 +272,7 @@ impl Agent {
             preview: Arc::new(Mutex::new(None)),
         };
         let running = build(config, config_path, kept.clone())?;
+        let control = crate::control::ControlSocket::bind(&config.state_dir)?;
         let (nudge_tx, nudges) = mpsc::channel::<Nudge>(1);
         let shared = Shared {
             store,
@@ -278,6 +284,7 @@ impl Agent {
             preview: kept.preview.clone(),
         };
         let agent = Self {
+            control,
             config_path: config_path.to_path_buf(),
             kept,
             running,
@@ -295,7 +302,18 @@ impl Agent {
             kept,
             mut running,
             mut nudges,
+            control,
         } = self;
+        // `proxops approve`: the control socket, removed when the loop stops.
+        let (wake, mut approved) = mpsc::channel::<()>(1);
+        let control = control.serve(
+            crate::control::ControlContext {
+                store: kept.store.clone(),
+                node: running.deps.node_label.clone(),
+                wake,
+            },
+            shutdown.clone(),
+        );
         let interrupt_on_shutdown = {
             let shutdown = shutdown.clone();
             let interrupt = kept.interrupt.clone();
@@ -334,6 +352,7 @@ impl Agent {
                     None => Trigger::Poll,
                 },
                 () = tokio::time::sleep(delay) => Trigger::Poll,
+                Some(()) = approved.recv() => Trigger::Cli,
                 Some(()) = reload.recv() => {
                     notify::reloading();
                     match AgentConfig::load(&config_path) {
@@ -352,6 +371,7 @@ impl Agent {
             };
         }
         interrupt_on_shutdown.abort();
+        let _ = control.await;
     }
 }
 
