@@ -18,11 +18,12 @@ use std::time::SystemTime;
 use proxops_core::plan::digest::{digest, short};
 use proxops_core::plan::risk::{Risk, risk};
 use proxops_core::plan::{Action, Plan};
-use proxops_store::{ApprovalState, PassId, SharedStore};
-use serde::Deserialize;
+use proxops_store::{ApprovalRecord, ApprovalState, PassId, SharedStore};
+use serde::{Deserialize, Serialize};
 
 use crate::error_chain::error_text;
 use crate::reconcile::Approval;
+use crate::timefmt::rfc3339;
 
 /// Default `[policy] max_changes`: a pass with more actions is `bulk`. Twenty is more than
 /// the ordinary pass of a small cluster (a few guests changed by a commit) and less than a
@@ -199,7 +200,12 @@ pub fn split(
     let current = &held.current;
     if current.state == ApprovalState::Approved {
         let who = current.decided.as_ref().map_or("", |(who, _)| who.as_str());
-        tracing::info!(pass = current.pass.0, digest = short(&digest), approved_by = who, "running the approved actions");
+        tracing::info!(
+            pass = current.pass.0,
+            digest = short(&digest),
+            approved_by = who,
+            "running the approved actions"
+        );
         return all;
     }
     let first = current.pass.0;
@@ -208,7 +214,10 @@ pub fn split(
             "awaiting approval ({}): rejected by {} (digest {}); it stays held until the plan \
              changes or `proxops approve {first}`",
             hold.why,
-            current.decided.as_ref().map_or("?", |(who, _)| who.as_str()),
+            current
+                .decided
+                .as_ref()
+                .map_or("?", |(who, _)| who.as_str()),
             short(&digest)
         ),
         _ => format!(
@@ -217,7 +226,12 @@ pub fn split(
             short(&digest)
         ),
     };
-    tracing::info!(pass = first, digest = short(&digest), actions = hold.held.len(), "actions held for approval");
+    tracing::info!(
+        pass = first,
+        digest = short(&digest),
+        actions = hold.held.len(),
+        "actions held for approval"
+    );
     Split {
         run: without(plan, &hold.held),
         held: hold.held,
@@ -244,6 +258,118 @@ pub fn combine(split: &Split, next: Approval) -> Approval {
             reason: format!("{}; {reason}", split.reason),
         },
         Approval::Declined(reason) => Approval::Declined(format!("{}; {reason}", split.reason)),
+    }
+}
+
+/// One held change as every view shows it (`/api/v1/status`, `/api/v1/passes/{id}`,
+/// `proxops status`, the UI).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalJson {
+    /// The first pass that held it: the one to name in `proxops approve`.
+    pub pass: i64,
+    /// The latest pass that held it.
+    pub last_pass: i64,
+    /// `awaiting`, `approved`, `rejected`, `lapsed` or `cleared`.
+    pub state: String,
+    /// The digest of the held actions (`sha256:…`).
+    pub digest: String,
+    /// Why they are held (`destructive`, `bulk: …`).
+    pub why: String,
+    /// The held actions, with their risk.
+    pub actions: serde_json::Value,
+    /// RFC 3339: when the first pass held them.
+    pub since: String,
+    /// The command that approves it (while it is open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Who approved or rejected it, when, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
+    /// The operator's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_reason: Option<String>,
+    /// The pass that closed it (lapsed: it planned another change; cleared: it held nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_by_pass: Option<i64>,
+}
+
+impl From<&ApprovalRecord> for ApprovalJson {
+    fn from(r: &ApprovalRecord) -> Self {
+        Self {
+            pass: r.pass.0,
+            last_pass: r.last_pass.0,
+            state: r.state.as_str().to_owned(),
+            digest: r.digest.clone(),
+            why: r.why.clone(),
+            actions: serde_json::from_str(&r.actions).unwrap_or(serde_json::Value::Null),
+            since: rfc3339(r.since),
+            command: r
+                .state
+                .is_open()
+                .then(|| format!("proxops approve {}", r.pass.0)),
+            decided_by: r.decided.as_ref().map(|(who, _)| who.clone()),
+            decided_at: r.decided.as_ref().map(|(_, at)| rfc3339(*at)),
+            decision_reason: r.decision_reason.clone().filter(|s| !s.is_empty()),
+            closed_by_pass: r.closed.map(|(_, p)| p.0),
+        }
+    }
+}
+
+impl ApprovalJson {
+    /// `AWAITING APPROVAL: pass 12 holds 1 action (destructive, digest 3f2a…) since …; run
+    /// proxops approve 12` and the like, for `proxops status`.
+    pub fn headline(&self) -> String {
+        let count = self.actions.as_array().map_or(0, Vec::len);
+        let what = format!(
+            "pass {} holds {count} action{} ({}, digest {}) since {}",
+            self.pass,
+            if count == 1 { "" } else { "s" },
+            self.why,
+            short(&self.digest),
+            self.since
+        );
+        let by = self.decided_by.as_deref().unwrap_or("?");
+        match self.state.as_str() {
+            "approved" => format!("APPROVED by {by}: {what}; the next pass runs them"),
+            "rejected" => format!(
+                "AWAITING APPROVAL: {what}; rejected by {by}; run proxops approve {} to let them run",
+                self.pass
+            ),
+            _ => format!(
+                "AWAITING APPROVAL: {what}; run proxops approve {}",
+                self.pass
+            ),
+        }
+    }
+}
+
+/// What waits for approval on a node, and what became of the latest held changes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    /// The open held change (awaiting, approved or rejected), if any.
+    pub open: Option<ApprovalJson>,
+    /// The newest held changes (the open one included), newest first: lapsed and cleared
+    /// ones with who decided.
+    pub recent: Vec<ApprovalJson>,
+}
+
+impl ApprovalView {
+    /// Read from the store for `node`.
+    ///
+    /// # Errors
+    /// When the rows cannot be read.
+    pub fn of(store: &proxops_store::Store, node: &str) -> Result<Self, proxops_store::StoreError> {
+        Ok(Self {
+            open: store.open_approval(node)?.as_ref().map(ApprovalJson::from),
+            recent: store
+                .recent_approvals(node, 5)?
+                .iter()
+                .map(ApprovalJson::from)
+                .collect(),
+        })
     }
 }
 
@@ -324,7 +450,10 @@ mod tests {
             ..Plan::default()
         };
         assert_eq!(
-            to_hold(&safe, &policy(&[ApproveWhen::Destructive, ApproveWhen::Risky], 20)),
+            to_hold(
+                &safe,
+                &policy(&[ApproveWhen::Destructive, ApproveWhen::Risky], 20)
+            ),
             None
         );
     }
@@ -371,12 +500,17 @@ mod tests {
 
     #[test]
     fn the_gate_holds_until_approved_then_runs_and_a_changed_plan_lapses_the_approval() {
-        let store: SharedStore =
-            std::sync::Arc::new(std::sync::Mutex::new(proxops_store::Store::memory().unwrap()));
+        let store: SharedStore = std::sync::Arc::new(std::sync::Mutex::new(
+            proxops_store::Store::memory().unwrap(),
+        ));
         let destructive = policy(&[ApproveWhen::Destructive], 20);
         let first = split(&store, "pve1", PassId(1), &plan(), &destructive);
         assert_eq!(first.held.len(), 2);
-        assert!(first.reason.contains("proxops approve 1"), "{}", first.reason);
+        assert!(
+            first.reason.contains("proxops approve 1"),
+            "{}",
+            first.reason
+        );
         let id = {
             let mut s = store.lock().unwrap();
             let open = s.open_approval("pve1").unwrap().unwrap();
@@ -392,7 +526,11 @@ mod tests {
         changed.levels[1][1].verb = Verb::Delete(guest(103));
         let lapsed = split(&store, "pve1", PassId(3), &changed, &destructive);
         assert_eq!(lapsed.held.len(), 2);
-        assert!(lapsed.reason.contains("proxops approve 3"), "{}", lapsed.reason);
+        assert!(
+            lapsed.reason.contains("proxops approve 3"),
+            "{}",
+            lapsed.reason
+        );
         let s = store.lock().unwrap();
         let old = s.approval_of_pass(PassId(1)).unwrap().unwrap();
         assert_eq!((old.id, old.state), (id, ApprovalState::Lapsed));

@@ -175,7 +175,11 @@ async fn connection(mut stream: tokio::net::UnixStream, owner: u32, context: &Co
     let response = match stream.peer_cred() {
         Ok(peer) if peer.uid() == owner => match read_line(&mut stream).await {
             Ok(line) => match protocol::parse_request(&line) {
-                Ok(request) => handle(context, &request, &who(peer.uid(), request.sudo_user.as_deref())),
+                Ok(request) => handle(
+                    context,
+                    &request,
+                    &who(peer.uid(), request.sudo_user.as_deref()),
+                ),
                 Err(message) => Response::refused(message),
             },
             Err(message) => Response::refused(message),
@@ -193,7 +197,9 @@ async fn connection(mut stream: tokio::net::UnixStream, owner: u32, context: &Co
                 user_name(owner).unwrap_or_else(|| owner.to_string()),
             ))
         }
-        Err(error) => Response::refused(format!("the peer's credentials could not be read: {error}")),
+        Err(error) => {
+            Response::refused(format!("the peer's credentials could not be read: {error}"))
+        }
     };
     let _ = stream.write_all(response.line().as_bytes()).await;
     let _ = stream.shutdown().await;
@@ -227,7 +233,9 @@ fn handle(context: &ControlContext, request: &Request, who: &str) -> Response {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let record = match store.approval_of_pass(PassId(pass)) {
         Ok(record) => record,
-        Err(error) => return Response::refused(format!("reading pass {pass}: {}", error_text(&error))),
+        Err(error) => {
+            return Response::refused(format!("reading pass {pass}: {}", error_text(&error)));
+        }
     };
     let Some(record) = record.filter(|r| r.node == context.node) else {
         return Response::refused(format!("pass {pass} has nothing awaiting approval"));
@@ -266,8 +274,8 @@ fn handle(context: &ControlContext, request: &Request, who: &str) -> Response {
         return Response::refused(format!("recording the decision: {}", error_text(&error)));
     }
     drop(store);
-    let count = serde_json::from_str::<Vec<serde_json::Value>>(&record.actions)
-        .map_or(0, |a| a.len());
+    let count =
+        serde_json::from_str::<Vec<serde_json::Value>>(&record.actions).map_or(0, |a| a.len());
     let what = format!(
         "pass {} ({count} action{}, digest {})",
         record.pass.0,
@@ -306,7 +314,10 @@ fn who(uid: u32, sudo_user: Option<&str>) -> String {
     let name = user_name(uid).unwrap_or_else(|| format!("uid {uid}"));
     match sudo_user {
         Some(caller) if !caller.is_empty() && caller != name => {
-            format!("{} (sudo, as {name})", caller.chars().take(64).collect::<String>())
+            format!(
+                "{} (sudo, as {name})",
+                caller.chars().take(64).collect::<String>()
+            )
         }
         _ => name,
     }
@@ -344,20 +355,47 @@ mod tests {
     #[test]
     fn approving_records_who_and_wakes_a_pass_and_a_lapsed_one_is_refused() {
         let (context, mut woken) = context();
-        let nothing = handle(&context, &request(Op::Approve { pass: 4, reason: String::new() }), "alice");
+        let nothing = handle(
+            &context,
+            &request(Op::Approve {
+                pass: 4,
+                reason: String::new(),
+            }),
+            "alice",
+        );
         assert_eq!(nothing.message, "pass 4 has nothing awaiting approval");
         assert!(!nothing.ok);
         {
             let mut store = context.store.lock().unwrap();
             store
-                .hold("pve1", PassId(4), "sha256:aaaa", "[{}]", "destructive", SystemTime::now())
+                .hold(
+                    "pve1",
+                    PassId(4),
+                    "sha256:aaaa",
+                    "[{}]",
+                    "destructive",
+                    SystemTime::now(),
+                )
                 .unwrap();
         }
-        let done = handle(&context, &request(Op::Approve { pass: 4, reason: "ok".into() }), "alice");
+        let done = handle(
+            &context,
+            &request(Op::Approve {
+                pass: 4,
+                reason: "ok".into(),
+            }),
+            "alice",
+        );
         assert!(done.ok, "{}", done.message);
         assert!(done.message.contains("1 action,"), "{}", done.message);
         assert!(woken.try_recv().is_ok());
-        let record = context.store.lock().unwrap().approval_of_pass(PassId(4)).unwrap().unwrap();
+        let record = context
+            .store
+            .lock()
+            .unwrap()
+            .approval_of_pass(PassId(4))
+            .unwrap()
+            .unwrap();
         assert_eq!(record.state, ApprovalState::Approved);
         assert_eq!(record.decided.unwrap().0, "alice");
 
@@ -365,12 +403,28 @@ mod tests {
             .store
             .lock()
             .unwrap()
-            .hold("pve1", PassId(5), "sha256:bbbb", "[]", "destructive", SystemTime::now())
+            .hold(
+                "pve1",
+                PassId(5),
+                "sha256:bbbb",
+                "[]",
+                "destructive",
+                SystemTime::now(),
+            )
             .unwrap();
-        let lapsed = handle(&context, &request(Op::Reject { pass: 4, reason: String::new() }), "alice");
+        let lapsed = handle(
+            &context,
+            &request(Op::Reject {
+                pass: 4,
+                reason: String::new(),
+            }),
+            "alice",
+        );
         assert!(!lapsed.ok);
         assert!(
-            lapsed.message.starts_with("pass 4's approval lapsed: a newer plan differs"),
+            lapsed
+                .message
+                .starts_with("pass 4's approval lapsed: a newer plan differs"),
             "{}",
             lapsed.message
         );

@@ -109,9 +109,8 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
             version.map_or_else(|| "(none)".to_owned(), |v| v.to_string())
         ));
     }
-    serde_json::from_value(value).map_err(|e| {
-        format!("the request is not understood: {e} (operations: approve, reject)")
-    })
+    serde_json::from_value(value)
+        .map_err(|e| format!("the request is not understood: {e} (operations: approve, reject)"))
 }
 
 #[cfg(test)]
@@ -129,7 +128,10 @@ mod tests {
             sudo_user: None,
         };
         let line = serde_json::to_string(&request).unwrap();
-        assert_eq!(line, r#"{"v":1,"op":"approve","pass":12,"reason":"checked"}"#);
+        assert_eq!(
+            line,
+            r#"{"v":1,"op":"approve","pass":12,"reason":"checked"}"#
+        );
         assert_eq!(parse_request(&format!("{line}\n")).unwrap(), request);
     }
 

@@ -245,6 +245,9 @@ pub struct PassDetailJson {
     pub actions: Vec<ActionJson>,
     /// The findings it opened, saw last or resolved.
     pub findings: Vec<DriftJson>,
+    /// The change it held for approval (`[policy] approve`), and where that stands.
+    #[serde(default)]
+    pub approval: Option<crate::agent::approval::ApprovalJson>,
 }
 
 /// `/api/v1/revisions/{id}`: one commit (full sha or unique prefix) and its latest pass.
@@ -370,6 +373,9 @@ pub struct StatusJson {
     /// and when the next write is allowed.
     #[serde(default)]
     pub writes: crate::agent::window::WritesView,
+    /// `[policy] approve`: what waits for `proxops approve`, and the latest held changes.
+    #[serde(default)]
+    pub approval: crate::agent::approval::ApprovalView,
 }
 
 /// `/api/v1/drift`.
@@ -460,6 +466,7 @@ pub fn status_from_store_with(
         enforced_commit,
         head_invalid,
         writes,
+        approval: crate::agent::approval::ApprovalView::of(store, node)?,
     })
 }
 
@@ -516,6 +523,10 @@ pub fn pass_detail(
             .iter()
             .map(DriftJson::from)
             .collect(),
+        approval: store
+            .approval_of_pass(pass.id)?
+            .as_ref()
+            .map(crate::agent::approval::ApprovalJson::from),
     })
 }
 

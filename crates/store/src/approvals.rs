@@ -191,12 +191,11 @@ impl Store {
             .map_err(self.query_error(operation))?;
         rows.into_iter()
             .map(|(mut record, state)| {
-                record.state =
-                    ApprovalState::parse(&state).ok_or_else(|| StoreError::Corrupt {
-                        path: self.path.clone(),
-                        operation,
-                        value: state,
-                    })?;
+                record.state = ApprovalState::parse(&state).ok_or_else(|| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    operation,
+                    value: state,
+                })?;
                 Ok(record)
             })
             .collect()
@@ -238,8 +237,7 @@ impl Store {
     /// # Errors
     /// When the rows cannot be read.
     pub fn recent_approvals(&self, node: &str, limit: u32) -> Result<Vec<ApprovalRecord>> {
-        let mut all =
-            self.approvals_where("reading recent approvals", "node = ?1", &[&node])?;
+        let mut all = self.approvals_where("reading recent approvals", "node = ?1", &[&node])?;
         all.truncate(limit as usize);
         Ok(all)
     }

@@ -143,8 +143,16 @@ mod tests {
 
     #[test]
     fn the_same_actions_give_the_same_digest_whatever_their_order() {
-        let a = [delete("old", 101), delete("older", 102), update("4096", "d1")];
-        let b = [update("4096", "d1"), delete("older", 102), delete("old", 101)];
+        let a = [
+            delete("old", 101),
+            delete("older", 102),
+            update("4096", "d1"),
+        ];
+        let b = [
+            update("4096", "d1"),
+            delete("older", 102),
+            delete("old", 101),
+        ];
         assert_eq!(digest(&a), digest(&b));
         assert!(digest(&a).starts_with("sha256:"));
         assert_eq!(digest(&a).len(), "sha256:".len() + 64);
