@@ -13,6 +13,7 @@ use crate::invalid_head::{Setup, last_id, nudge, pass_on, vm};
 use crate::pve_api::Api;
 use crate::sim::World;
 use crate::support::agent::AgentProcess;
+use crate::support::notify::{Receiver, assert_valid, notify_python};
 
 const DESTRUCTIVE: &str = "prune = true\napprove = [\"destructive\"]";
 
@@ -409,4 +410,68 @@ async fn vmids(world: &World) -> Vec<u64> {
         .collect();
     ids.sort_unstable();
     ids
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_change_is_notified_once_per_digest_in_the_documented_webhook_format() {
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    let webhook = Receiver::start().await;
+    let first = repo.commit_files(
+        &[
+            ("vm/keep.yaml", &vm("keep", 190, "memory: 512MiB")),
+            ("vm/old.yaml", &vm("old", 191, "memory: 512MiB")),
+        ],
+        "two VMs",
+    );
+    let daemon = repo.serve();
+    let toml = world
+        .agent_toml()
+        .source(&daemon.url("origin.git"))
+        .webhook_secret("approvals-notify-secret")
+        .state_dir(world.dir.path().join("state-notify"))
+        .policy(DESTRUCTIVE)
+        .raw(&format!(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"{}\"\nevents = [\"awaiting-approval\"]\n",
+            webhook.url("/hooks/proxops")
+        ));
+    let agent = AgentProcess::spawn(&toml, &world.dir.path().join("agent-notify.toml"), "info");
+    let applied = agent
+        .wait_for(|s| s["last_applied"]["commit"].as_str() == Some(first.as_str()))
+        .await;
+    repo.remove("vm/old.yaml");
+    let second = repo.commit("drop old");
+    repo.push();
+    nudge(&agent).await;
+    let status = held_on(&agent, &second, last_id(&applied)).await;
+    let held = status["approval"]["open"]["pass"].as_i64().unwrap();
+    let received = webhook
+        .wait_for("awaiting-approval", || agent.log_text())
+        .await;
+    let document = &received.body;
+    assert_eq!(document["approval"]["pass"], held, "{document:#}");
+    assert_eq!(
+        document["approval"]["command"],
+        format!("proxops approve {held}")
+    );
+    assert_eq!(
+        document["approval"]["digest"],
+        status["approval"]["open"]["digest"]
+    );
+    assert_eq!(document["actions"][0]["verb"], "delete", "{document:#}");
+    assert_eq!(
+        document["actions"][0]["risk"], "destructive",
+        "{document:#}"
+    );
+    if let Ok(python) = notify_python() {
+        let schema = crate::support::repo_root().join("docs/notify-webhook.schema.json");
+        assert_valid(&python, &schema, std::slice::from_ref(document));
+    }
+
+    // The same change held by the next pass is not announced again.
+    nudge(&agent).await;
+    let again = pass_on(&agent, &second, last_id(&status)).await;
+    assert_eq!(again["approval"]["open"]["pass"], held, "{again:#}");
+    assert_eq!(webhook.delivered("awaiting-approval").len(), 1);
+    drop(daemon);
 }
