@@ -346,6 +346,15 @@ impl ApprovalJson {
     }
 }
 
+/// `VM/web` for an action's `resource` as the JSON of actions holds it (`{kind, name}`).
+pub fn resource_text(action: &serde_json::Value) -> String {
+    let resource = &action["resource"];
+    match (resource["kind"].as_str(), resource["name"].as_str()) {
+        (Some(kind), Some(name)) => format!("{kind}/{name}"),
+        _ => resource.as_str().unwrap_or_default().to_owned(),
+    }
+}
+
 /// What waits for approval on a node, and what became of the latest held changes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalView {

@@ -416,9 +416,9 @@ fn awaiting_fact(
         actions: actions
             .iter()
             .map(|a| ActionFact {
-                resource: text(a, "resource"),
+                resource: crate::agent::approval::resource_text(a),
                 node: text(a, "node"),
-                verb: text(a, "verb"),
+                verb: a["verb"]["verb"].as_str().unwrap_or_default().to_owned(),
                 reason: text(a, "reason"),
                 result: "skipped".to_owned(),
                 error: Some(format!("awaiting approval ({})", open.why)),

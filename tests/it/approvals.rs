@@ -65,6 +65,25 @@ async fn held_on(agent: &AgentProcess, commit: &str, after: i64) -> serde_json::
         .await
 }
 
+/// The held actions of an approval view, as `verb VM/name`, sorted.
+fn held_actions(approval: &serde_json::Value) -> Vec<String> {
+    let mut actions: Vec<String> = approval["actions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            format!(
+                "{} {}/{}",
+                a["verb"]["verb"].as_str().unwrap_or_default(),
+                a["resource"]["kind"].as_str().unwrap_or_default(),
+                a["resource"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    actions.sort();
+    actions
+}
+
 /// Two stopped VMs applied, then a commit that drops `old`: the agent holds its delete.
 async fn prune_held(world: &World, repo: &TestRepo, name: &str) -> (Setup, String, i64) {
     let first = repo.commit_files(
@@ -118,8 +137,12 @@ async fn a_prune_waits_for_approval_a_rejection_keeps_it_held_and_an_approval_ru
     assert_eq!(open["state"], "awaiting");
     assert_eq!(open["command"], format!("proxops approve {held}"));
     assert!(open["digest"].as_str().unwrap().starts_with("sha256:"));
-    assert_eq!(open["actions"][0]["verb"], "delete", "{open:#}");
-    assert_eq!(open["actions"][0]["resource"], "VM/old", "{open:#}");
+    // The delete, and the shutdown that precedes it (the same guest's actions wait together).
+    assert_eq!(
+        held_actions(open),
+        ["delete VM/old", "shutdown VM/old"],
+        "{open:#}"
+    );
     let cli = setup.agent.cli(&["status"]).output().unwrap();
     let text = String::from_utf8_lossy(&cli.stdout);
     assert!(
@@ -136,7 +159,7 @@ async fn a_prune_waits_for_approval_a_rejection_keeps_it_held_and_an_approval_ru
     let (ok, out, err) = decide(&setup.agent, "reject", held, "not before the backup");
     assert!(ok, "{err}");
     assert!(
-        out.starts_with(&format!("rejected pass {held} (1 action,")),
+        out.starts_with(&format!("rejected pass {held} (2 actions,")),
         "{out}"
     );
     nudge(&setup.agent).await;
@@ -173,7 +196,7 @@ async fn a_prune_waits_for_approval_a_rejection_keeps_it_held_and_an_approval_ru
     let (ok, out, err) = decide(&setup.agent, "approve", held, "backup checked");
     assert!(ok, "{err}");
     assert!(
-        out.starts_with(&format!("approved pass {held} (1 action,")),
+        out.starts_with(&format!("approved pass {held} (2 actions,")),
         "{out}"
     );
     let status = setup
@@ -226,8 +249,13 @@ async fn a_new_commit_that_changes_the_held_plan_makes_the_approval_lapse() {
     assert!(newer > held, "{status:#}");
     assert_eq!(open["state"], "awaiting", "{status:#}");
     assert_eq!(
-        open["actions"].as_array().map(Vec::len),
-        Some(2),
+        held_actions(open),
+        [
+            "delete VM/keep",
+            "delete VM/old",
+            "shutdown VM/keep",
+            "shutdown VM/old"
+        ],
         "{open:#}"
     );
     let lapsed = &status["approval"]["recent"][1];
@@ -341,7 +369,12 @@ async fn the_control_socket_is_private_to_the_agents_user_and_refuses_another_ui
         eprintln!("not root: another uid cannot be tried; the mode is checked");
         return;
     }
-    let Ok(python) = which("python3") else {
+    // A python the other uid can run (not a shim in root's home).
+    let Some(python) = ["/usr/bin/python3", "/bin/python3"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file())
+    else {
         eprintln!("no python3 to connect as another uid; the mode is checked");
         return;
     };
@@ -364,6 +397,7 @@ async fn the_control_socket_is_private_to_the_agents_user_and_refuses_another_ui
         use std::os::unix::process::CommandExt as _;
         std::process::Command::new(python)
             .args(["-c", &script])
+            .current_dir("/")
             .uid(65534)
             .gid(65534)
             .output()
@@ -387,16 +421,6 @@ async fn the_control_socket_is_private_to_the_agents_user_and_refuses_another_ui
         "{}",
         setup.agent.log_text()
     );
-}
-
-fn which(program: &str) -> Result<std::path::PathBuf, ()> {
-    std::env::var_os("PATH")
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|dir| dir.join(program))
-                .find(|candidate| candidate.is_file())
-        })
-        .ok_or(())
 }
 
 /// vmids of every guest in the cluster.
@@ -458,11 +482,13 @@ async fn a_held_change_is_notified_once_per_digest_in_the_documented_webhook_for
         document["approval"]["digest"],
         status["approval"]["open"]["digest"]
     );
-    assert_eq!(document["actions"][0]["verb"], "delete", "{document:#}");
-    assert_eq!(
-        document["actions"][0]["risk"], "destructive",
-        "{document:#}"
-    );
+    let delete = document["actions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["verb"] == "delete"))
+        .unwrap_or_else(|| panic!("no held delete: {document:#}"));
+    assert_eq!(delete["resource"], "VM/old", "{document:#}");
+    assert_eq!(delete["risk"], "destructive", "{document:#}");
+    assert_eq!(delete["result"], "skipped", "{document:#}");
     if let Ok(python) = notify_python() {
         let schema = crate::support::repo_root().join("docs/notify-webhook.schema.json");
         assert_valid(&python, &schema, std::slice::from_ref(document));

@@ -14,8 +14,8 @@ fn actions_list(approval: &ApprovalJson) -> String {
         let _ = write!(
             out,
             "<li><code>{} {}</code> on {} ({})</li>",
-            escape(&text("verb")),
-            escape(&text("resource")),
+            escape(action["verb"]["verb"].as_str().unwrap_or_default()),
+            escape(&crate::agent::approval::resource_text(action)),
             escape(&text("node")),
             escape(&text("risk"))
         );
@@ -109,7 +109,7 @@ mod tests {
             digest: "sha256:0123456789abcdef".to_owned(),
             why: "destructive".to_owned(),
             actions: serde_json::json!([
-                {"verb": "delete", "resource": "VM/<old>", "node": "pve1", "risk": "destructive"}
+                {"verb": {"verb": "delete", "vmid": 101}, "resource": {"kind": "VM", "name": "<old>"}, "node": "pve1", "risk": "destructive"}
             ]),
             since: "2027-01-01T00:00:00Z".to_owned(),
             command: Some("proxops approve 12".to_owned()),
