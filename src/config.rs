@@ -1369,6 +1369,39 @@ write_breaker_cool_down = "90s"
         }
     }
 
+    #[test]
+    fn approve_takes_its_three_words_with_max_changes_and_an_unknown_word_is_located() {
+        let config = load_with(&format!("{PVE}insecure = true\n")).unwrap();
+        assert!(config.policy.approve.when.is_empty());
+        assert_eq!(
+            config.policy.approve.max_changes,
+            crate::agent::approval::DEFAULT_MAX_CHANGES
+        );
+        let config = load_with(&format!(
+            "{PVE}insecure = true\n[policy]\napprove = [\"bulk\", \"destructive\", \"risky\"]\nmax_changes = 5\n"
+        ))
+        .unwrap();
+        use crate::agent::approval::ApproveWhen;
+        assert_eq!(
+            config.policy.approve.when.into_iter().collect::<Vec<_>>(),
+            [
+                ApproveWhen::Destructive,
+                ApproveWhen::Risky,
+                ApproveWhen::Bulk
+            ]
+        );
+        assert_eq!(config.policy.approve.max_changes, 5);
+        let err = load_with(&format!(
+            "{PVE}insecure = true\n[policy]\napprove = [\"destructve\"]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        // The file, the line and column, the word and the words it may be.
+        assert!(err.contains("agent.toml:7:"), "{err}");
+        assert!(err.contains("unknown variant `destructve`"), "{err}");
+        assert!(err.contains("`destructive`, `risky`, `bulk`"), "{err}");
+    }
+
     fn load_with(body: &str) -> Result<AgentConfig, ConfigError> {
         let (_dir, path) = write_config(&format!("node = \"pve1\"\n{body}"));
         AgentConfig::load(&path)

@@ -160,14 +160,14 @@ pub fn split(
         held: Vec::new(),
         reason: String::new(),
     };
+    let store_handle = store;
     let mut store = store
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let now = SystemTime::now();
     let Some(hold) = to_hold(plan, policy) else {
-        if let Err(error) = store.clear_held(node, pass, now) {
-            tracing::error!(error = %error_text(&error), "recording the approval state failed");
-        }
+        drop(store);
+        nothing_held(store_handle, node, pass);
         return all;
     };
     let digest = digest(&hold.held);
@@ -236,6 +236,18 @@ pub fn split(
         run: without(plan, &hold.held),
         held: hold.held,
         reason,
+    }
+}
+
+/// A pass that plans no change holds nothing: the open held change of `node`, if any, is
+/// cleared, so an approval never outlives the change it was given for (a later pass that
+/// plans the same change again needs a new one).
+pub fn nothing_held(store: &SharedStore, node: &str, pass: PassId) {
+    let mut store = store
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Err(error) = store.clear_held(node, pass, SystemTime::now()) {
+        tracing::error!(error = %error_text(&error), "recording the approval state failed");
     }
 }
 
@@ -540,8 +552,40 @@ mod tests {
             "{}",
             lapsed.reason
         );
-        let s = store.lock().unwrap();
-        let old = s.approval_of_pass(PassId(1)).unwrap().unwrap();
-        assert_eq!((old.id, old.state), (id, ApprovalState::Lapsed));
+        {
+            let s = store.lock().unwrap();
+            let old = s.approval_of_pass(PassId(1)).unwrap().unwrap();
+            assert_eq!((old.id, old.state), (id, ApprovalState::Lapsed));
+        }
+    }
+
+    #[test]
+    fn an_approval_ends_with_the_first_pass_that_holds_nothing() {
+        let store: SharedStore = std::sync::Arc::new(std::sync::Mutex::new(
+            proxops_store::Store::memory().unwrap(),
+        ));
+        let destructive = policy(&[ApproveWhen::Destructive], 20);
+        split(&store, "pve1", PassId(1), &plan(), &destructive);
+        {
+            let mut s = store.lock().unwrap();
+            let open = s.open_approval("pve1").unwrap().unwrap();
+            s.decide_approval(open.id, true, "alice", "", SystemTime::now())
+                .unwrap();
+        }
+        assert!(
+            split(&store, "pve1", PassId(2), &plan(), &destructive)
+                .held
+                .is_empty()
+        );
+        // The approved change was made: the next pass plans nothing.
+        nothing_held(&store, "pve1", PassId(3));
+        // The same change planned again later waits for a new approval.
+        let again = split(&store, "pve1", PassId(4), &plan(), &destructive);
+        assert_eq!(again.held.len(), 2);
+        assert!(
+            again.reason.contains("proxops approve 4"),
+            "{}",
+            again.reason
+        );
     }
 }

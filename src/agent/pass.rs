@@ -624,6 +624,10 @@ impl Hooks for AgentHooks<'_> {
     fn planned(&mut self, desired: &DesiredState, plan: &Plan) {
         if plan.aborted.is_none() {
             record_findings(self.deps, self.pass, desired, plan, self.commit);
+            if !plan.has_changes() {
+                // Nothing to hold: a held change (approved, or not) is cleared.
+                approval::nothing_held(&self.deps.store, &self.deps.node_label, self.pass);
+            }
         }
     }
 
