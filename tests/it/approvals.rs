@@ -390,7 +390,8 @@ async fn the_control_socket_is_private_to_the_agents_user_and_refuses_another_ui
     }
     let script = format!(
         "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({:?})\n\
-         s.sendall(b'{{\"v\":1,\"op\":\"approve\",\"pass\":1}}\\n')\nprint(s.recv(4096).decode())\n",
+         try:\n    s.sendall(b'{{\"v\":1,\"op\":\"approve\",\"pass\":1}}\\n')\n\
+         except BrokenPipeError:\n    pass\nprint(s.recv(4096).decode())\n",
         socket.display().to_string()
     );
     let out = {
