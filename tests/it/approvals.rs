@@ -379,7 +379,7 @@ async fn the_control_socket_is_private_to_the_agents_user_and_refuses_another_ui
         return;
     };
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let mut dir = state_dir.clone();
+    let mut dir = state_dir;
     while let Some(parent) = dir.parent().map(std::path::Path::to_path_buf) {
         // The state directory and its parents must be searchable by `nobody`.
         let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711));
