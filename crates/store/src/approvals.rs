@@ -34,7 +34,6 @@ CREATE TABLE approvals (
     decision_reason TEXT,
     closed_at       INTEGER,
     closed_pass_id  INTEGER,
-    notified        INTEGER NOT NULL DEFAULT 0 CHECK (notified IN (0, 1)),
     CHECK ((decided_at IS NULL) = (decided_by IS NULL)),
     CHECK ((closed_at IS NULL) = (state IN ('awaiting', 'approved', 'rejected')))
 ) STRICT;
@@ -123,8 +122,6 @@ pub struct ApprovalRecord {
     pub decision_reason: Option<String>,
     /// When and by which pass it lapsed or cleared.
     pub closed: Option<(SystemTime, PassId)>,
-    /// Whether the `awaiting-approval` notification was sent.
-    pub notified: bool,
 }
 
 impl ApprovalRecord {
@@ -144,7 +141,7 @@ pub struct Held {
 }
 
 const COLUMNS: &str = "id, node, pass_id, last_pass_id, digest, actions, why, since_at, state, \
-     decided_by, decided_at, decision_reason, closed_at, closed_pass_id, notified";
+     decided_by, decided_at, decision_reason, closed_at, closed_pass_id";
 
 fn read_row(row: &Row<'_>) -> rusqlite::Result<(ApprovalRecord, String)> {
     let state: String = row.get(8)?;
@@ -166,7 +163,6 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<(ApprovalRecord, String)> {
             decided: decided_by.zip(decided_at.map(from_millis)),
             decision_reason: row.get(11)?,
             closed: closed_at.map(from_millis).zip(closed_pass.map(PassId)),
-            notified: row.get::<_, i64>(14)? == 1,
         },
         state,
     ))
@@ -312,7 +308,6 @@ impl Store {
             decided: None,
             decision_reason: None,
             closed: None,
-            notified: false,
         };
         Ok(Held { current, lapsed })
     }
@@ -365,20 +360,6 @@ impl Store {
         if changed == 0 {
             return Err(self.not_found(operation, format!("open approval {id}")));
         }
-        Ok(())
-    }
-
-    /// Notes that the `awaiting-approval` notification for row `id` was sent.
-    ///
-    /// # Errors
-    /// When the row cannot be written.
-    pub fn note_approval_notified(&mut self, id: i64) -> Result<()> {
-        self.conn
-            .execute(
-                "UPDATE approvals SET notified = 1 WHERE id = ?1",
-                params![id],
-            )
-            .map_err(self.query_error("noting an approval notification"))?;
         Ok(())
     }
 }
