@@ -65,6 +65,33 @@ async fn held_on(agent: &AgentProcess, commit: &str, after: i64) -> serde_json::
         .await
 }
 
+/// Waits (with a deadline) until the simulator saw `count` DELETEs, then for a finished pass
+/// after pass `after`; that status.
+async fn deleted(
+    world: &World,
+    agent: &AgentProcess,
+    count: usize,
+    after: i64,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while deletes(world).len() < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fewer than {count} DELETEs: {:#?}\nlog:\n{}",
+            writes(world),
+            agent.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    agent
+        .wait_for(|s| {
+            s["last_attempted"]["id"].as_i64() >= Some(after)
+                && s["last_attempted"]["outcome"].is_string()
+                && s["approval"]["recent"][0]["state"] != "awaiting"
+        })
+        .await
+}
+
 /// The held actions of an approval view, as `verb VM/name`, sorted.
 fn held_actions(approval: &serde_json::Value) -> Vec<String> {
     let mut actions: Vec<String> = approval["actions"]
@@ -199,13 +226,9 @@ async fn a_prune_waits_for_approval_a_rejection_keeps_it_held_and_an_approval_ru
         out.starts_with(&format!("approved pass {held} (2 actions,")),
         "{out}"
     );
-    let status = setup
-        .agent
-        .wait_for(|s| {
-            s["last_attempted"]["id"].as_i64() > Some(last_id(&restarted))
-                && s["last_attempted"]["outcome"] == "applied"
-        })
-        .await;
+    // The pass running when the approval lands may be the one that deletes, or the one it
+    // wakes: either way the DELETE reaches PVE, once.
+    let status = deleted(&world, &setup.agent, 1, last_id(&restarted)).await;
     assert_eq!(
         deletes(&world),
         ["DELETE /nodes/pve1/qemu/161"],
@@ -286,12 +309,7 @@ async fn a_new_commit_that_changes_the_held_plan_makes_the_approval_lapse() {
 
     let (ok, _, err) = decide(agent, "approve", newer, "");
     assert!(ok, "{err}");
-    agent
-        .wait_for(|s| {
-            s["last_attempted"]["id"].as_i64() > Some(newer)
-                && s["last_attempted"]["outcome"] == "applied"
-        })
-        .await;
+    deleted(&world, agent, 2, newer).await;
     let mut deleted = deletes(&world);
     deleted.sort();
     assert_eq!(
