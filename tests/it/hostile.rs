@@ -198,7 +198,11 @@ async fn hostile_commits_are_refused_by_the_running_agent_which_keeps_the_last_g
     let invalid = setup.repo.commit_files(&[("iso/bomb.yaml", &bomb)], "bomb");
     assert_eq!(deliver(invalid.clone()).await.unwrap().status(), 202);
     let status = agent
-        .wait_for(|s| s["last_attempted"]["commit"].as_str() == Some(invalid.as_str()))
+        .wait_for(|s| {
+            // The pass on it must have ended: a running one is listed with no outcome yet.
+            s["last_attempted"]["commit"].as_str() == Some(invalid.as_str())
+                && s["last_attempted"]["outcome"].is_string()
+        })
         .await;
     assert_eq!(status["last_attempted"]["outcome"], "invalid", "{status}");
     assert_eq!(
