@@ -286,6 +286,7 @@ async fn agent_passes() {
         plan_options: PlanOptions::default(),
         enforced: Mutex::new(None),
         forge: None,
+        approve: proxops::agent::approval::ApprovePolicy::default(),
     };
     let cancel = CancellationToken::new();
     let start = Instant::now();

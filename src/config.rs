@@ -203,6 +203,8 @@ pub struct Policy {
     pub write_breaker_cool_down: Duration,
     /// `[[policy.window]]`: when writes may happen (UTC); empty: always.
     pub windows: Vec<crate::agent::window::Window>,
+    /// `[policy] approve` and `max_changes`: what waits for `proxops approve`.
+    pub approve: crate::agent::approval::ApprovePolicy,
     /// `snapshot`, `snapshot_keep`, `snapshot_required`: snapshots before risky updates.
     pub snapshots: proxops_core::plan::snapshot_policy::SnapshotPolicy,
 }
@@ -346,6 +348,8 @@ struct RawPolicy {
     write_breaker_threshold: Option<u32>,
     write_breaker_cool_down: Option<String>,
     window: Option<Vec<crate::agent::window::RawWindow>>,
+    approve: Option<Vec<crate::agent::approval::ApproveWhen>>,
+    max_changes: Option<u32>,
     snapshot: Option<String>,
     snapshot_keep: Option<u32>,
     snapshot_required: Option<bool>,
@@ -729,6 +733,12 @@ impl AgentConfig {
         let policy = Policy {
             snapshots,
             windows,
+            approve: crate::agent::approval::ApprovePolicy {
+                when: p.approve.unwrap_or_default().into_iter().collect(),
+                max_changes: p
+                    .max_changes
+                    .unwrap_or(crate::agent::approval::DEFAULT_MAX_CHANGES),
+            },
             write_breaker_threshold: p
                 .write_breaker_threshold
                 .unwrap_or(DEFAULT_WRITE_BREAKER_THRESHOLD),
@@ -1443,6 +1453,39 @@ write_breaker_cool_down = "90s"
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn approve_takes_its_three_words_with_max_changes_and_an_unknown_word_is_located() {
+        let config = load_with(&format!("{PVE}insecure = true\n")).unwrap();
+        assert!(config.policy.approve.when.is_empty());
+        assert_eq!(
+            config.policy.approve.max_changes,
+            crate::agent::approval::DEFAULT_MAX_CHANGES
+        );
+        let config = load_with(&format!(
+            "{PVE}insecure = true\n[policy]\napprove = [\"bulk\", \"destructive\", \"risky\"]\nmax_changes = 5\n"
+        ))
+        .unwrap();
+        use crate::agent::approval::ApproveWhen;
+        assert_eq!(
+            config.policy.approve.when.into_iter().collect::<Vec<_>>(),
+            [
+                ApproveWhen::Destructive,
+                ApproveWhen::Risky,
+                ApproveWhen::Bulk
+            ]
+        );
+        assert_eq!(config.policy.approve.max_changes, 5);
+        let err = load_with(&format!(
+            "{PVE}insecure = true\n[policy]\napprove = [\"destructve\"]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        // The file, the line and column, the word and the words it may be.
+        assert!(err.contains("agent.toml:7:"), "{err}");
+        assert!(err.contains("unknown variant `destructve`"), "{err}");
+        assert!(err.contains("`destructive`, `risky`, `bulk`"), "{err}");
     }
 
     fn load_with(body: &str) -> Result<AgentConfig, ConfigError> {

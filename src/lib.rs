@@ -32,6 +32,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod error_chain;
 pub mod execute;

@@ -209,6 +209,9 @@ pub fn print_status(status: &crate::http::StatusJson) {
         );
     }
     println!("writes: {}", writes.line());
+    if let Some(open) = &status.approval.open {
+        println!("{}", open.headline());
+    }
     for window in &writes.windows {
         println!("  {window} (UTC)");
     }

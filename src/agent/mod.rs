@@ -17,6 +17,7 @@
 //! next trigger. Webhook nudges go through a channel of capacity one: while a pass runs,
 //! any number of deliveries coalesce into exactly one more pass.
 
+pub mod approval;
 pub mod breaker;
 pub mod gate;
 pub mod lock;
@@ -81,6 +82,9 @@ pub enum AgentError {
     /// The poll schedule is invalid.
     #[error("the poll schedule")]
     Schedule(#[source] schedule::ScheduleError),
+    /// The control socket (`<state_dir>/control.sock`) could not be created.
+    #[error(transparent)]
+    Control(#[from] crate::control::ControlError),
 }
 
 /// Path of the state database inside `state_dir`.
@@ -231,6 +235,7 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             breaker: kept.breaker,
             plan_options: PlanOptions::from_config(config),
             enforced: Mutex::new(None),
+            approve: config.policy.approve.clone(),
             forge: config.forge.as_ref().and_then(|forge| {
                 crate::forge::Forge::start(
                     forge,
@@ -250,6 +255,8 @@ pub struct Agent {
     kept: Kept,
     running: Running,
     nudges: mpsc::Receiver<Nudge>,
+    /// `<state_dir>/control.sock` and what its approvals wake (`crate::control`).
+    control: crate::control::ControlSocket,
 }
 
 /// What the agent shares with its HTTP surface (status API, metrics, webhooks).
@@ -312,6 +319,7 @@ impl Agent {
             publisher: Arc::default(),
         };
         let running = build(config, config_path, kept.clone())?;
+        let control = crate::control::ControlSocket::bind(&config.state_dir)?;
         let (nudge_tx, nudges) = mpsc::channel::<Nudge>(1);
         let shared = Shared {
             store,
@@ -329,6 +337,7 @@ impl Agent {
             publisher: kept.publisher.clone(),
         };
         let agent = Self {
+            control,
             config_path: config_path.to_path_buf(),
             kept,
             running,
@@ -346,7 +355,18 @@ impl Agent {
             kept,
             mut running,
             mut nudges,
+            control,
         } = self;
+        // `proxops approve`: the control socket, removed when the loop stops.
+        let (wake, mut approved) = mpsc::channel::<()>(1);
+        let control = control.serve(
+            crate::control::ControlContext {
+                store: kept.store.clone(),
+                node: running.deps.node_label.clone(),
+                wake,
+            },
+            shutdown.clone(),
+        );
         let interrupt_on_shutdown = {
             let shutdown = shutdown.clone();
             let interrupt = kept.interrupt.clone();
@@ -391,6 +411,7 @@ impl Agent {
                     None => Trigger::Poll,
                 },
                 () = tokio::time::sleep(delay) => Trigger::Poll,
+                Some(()) = approved.recv() => Trigger::Cli,
                 Some(()) = reload.recv() => {
                     notify::reloading();
                     match AgentConfig::load(&config_path) {
@@ -410,6 +431,7 @@ impl Agent {
         }
         interrupt_on_shutdown.abort();
         publishing.abort();
+        let _ = control.await;
     }
 }
 

@@ -20,6 +20,7 @@ use proxops_store::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::approval;
 use crate::agent::breaker::{Breaker, Permit};
 use crate::agent::gate;
 use crate::agent::retry::{PassEnd, Verdict};
@@ -62,6 +63,8 @@ pub struct PassDeps {
     pub enforced: Mutex<Option<Revision>>,
     /// `[forge]`: commit statuses (`None` without one, or with `status = false`).
     pub forge: Option<Arc<crate::forge::Forge>>,
+    /// `[policy] approve`: what waits for `proxops approve` (`agent::approval`).
+    pub approve: crate::agent::approval::ApprovePolicy,
 }
 
 impl PassDeps {
@@ -629,6 +632,10 @@ impl Hooks for AgentHooks<'_> {
     fn planned(&mut self, desired: &DesiredState, plan: &Plan) {
         if plan.aborted.is_none() {
             record_findings(self.deps, self.pass, desired, plan, self.commit);
+            if !plan.has_changes() {
+                // Nothing to hold: a held change (approved, or not) is cleared.
+                approval::nothing_held(&self.deps.store, &self.deps.node_label, self.pass);
+            }
         }
     }
 
@@ -653,6 +660,32 @@ impl Hooks for AgentHooks<'_> {
                 reason,
             };
         }
+        // `[policy] approve`: what waits for an operator is taken out first; the breaker
+        // decides on the rest.
+        let approvals = approval::split(
+            &self.deps.store,
+            &self.deps.node_label,
+            self.pass,
+            plan,
+            &self.deps.approve,
+        );
+        approval::combine(&approvals, self.ask_breaker(&approvals.run))
+    }
+
+    fn before_level(&mut self, index: usize) -> LevelGate {
+        // A freeze set, or a window closed, while the pass runs holds the later levels.
+        if index > 0
+            && let Err(held) = self.writes_held()
+        {
+            return LevelGate::HoldBack(held.sentence());
+        }
+        gate::between_levels(&self.deps.breaker, index)
+    }
+}
+
+impl AgentHooks<'_> {
+    /// What the write circuit breaker lets run of `plan`.
+    fn ask_breaker(&mut self, plan: &Plan) -> Approval {
         let permit = gate::permit(&self.deps.breaker);
         with_store(&self.deps.store, |s| {
             log_store_error(s.note_write_breaker(self.pass, permit.mark))
@@ -678,18 +711,6 @@ impl Hooks for AgentHooks<'_> {
         }
     }
 
-    fn before_level(&mut self, index: usize) -> LevelGate {
-        // A freeze set, or a window closed, while the pass runs holds the later levels.
-        if index > 0
-            && let Err(held) = self.writes_held()
-        {
-            return LevelGate::HoldBack(held.sentence());
-        }
-        gate::between_levels(&self.deps.breaker, index)
-    }
-}
-
-impl AgentHooks<'_> {
     /// Whether the freeze recorded in the store and `[[policy.window]]` allow a write now.
     /// An unreadable freeze holds writes (fail closed: the operator may have frozen).
     fn writes_held(&self) -> Result<(), window::Held> {

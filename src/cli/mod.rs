@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod adopt;
 pub mod agent;
 pub mod apply;
+pub mod approve;
 pub mod check;
 pub mod completions;
 pub mod demo;
@@ -64,6 +65,10 @@ enum Command {
     Unfreeze(freeze::UnfreezeArgs),
     /// Roll a guest back to a snapshot ProxOps took before a risky update.
     Rollback(rollback::Args),
+    /// Let the actions a pass held for approval run (asks the running agent).
+    Approve(approve::Args),
+    /// Keep the actions a pass held for approval held (asks the running agent).
+    Reject(approve::Args),
     /// Print the JSON Schema of the manifest format (for editors and the YAML language server).
     Schema(schema::Args),
     /// Write manifests for the guests and files already on PVE (reads only; never writes to PVE).
@@ -122,6 +127,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Freeze(args) => freeze::run(&args),
         Command::Unfreeze(args) => freeze::unfreeze(&args),
         Command::Rollback(args) => runtime()?.block_on(rollback::run(&args)),
+        Command::Approve(args) => approve::run(&args, true),
+        Command::Reject(args) => approve::run(&args, false),
         Command::Demo(args) => runtime()?.block_on(demo::run(&args)),
     }
 }

@@ -248,6 +248,9 @@ pub struct PassDetailJson {
     pub actions: Vec<ActionJson>,
     /// The findings it opened, saw last or resolved.
     pub findings: Vec<DriftJson>,
+    /// The change it held for approval (`[policy] approve`), and where that stands.
+    #[serde(default)]
+    pub approval: Option<crate::agent::approval::ApprovalJson>,
 }
 
 /// `/api/v1/revisions/{id}`: one commit (full sha or unique prefix) and its latest pass.
@@ -377,6 +380,9 @@ pub struct StatusJson {
     /// or read from the database without an agent).
     #[serde(default)]
     pub pmxcfs: Option<crate::cluster::publish::PublishState>,
+    /// `[policy] approve`: what waits for `proxops approve`, and the latest held changes.
+    #[serde(default)]
+    pub approval: crate::agent::approval::ApprovalView,
 }
 
 /// `/api/v1/drift`.
@@ -468,6 +474,7 @@ pub fn status_from_store_with(
         head_invalid,
         writes,
         pmxcfs: None,
+        approval: crate::agent::approval::ApprovalView::of(store, node)?,
     })
 }
 
@@ -524,6 +531,10 @@ pub fn pass_detail(
             .iter()
             .map(DriftJson::from)
             .collect(),
+        approval: store
+            .approval_of_pass(pass.id)?
+            .as_ref()
+            .map(crate::agent::approval::ApprovalJson::from),
     })
 }
 

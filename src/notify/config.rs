@@ -72,11 +72,13 @@ pub enum EventKind {
     ReadOnly,
     /// git cannot be fetched: the last good revision stays in force.
     Stale,
+    /// Actions wait for `proxops approve` (`[policy] approve`), once per held change.
+    AwaitingApproval,
 }
 
 impl EventKind {
     /// Every kind, in the documented order.
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::Applied,
         EventKind::Failed,
         EventKind::Invalid,
@@ -84,6 +86,7 @@ impl EventKind {
         EventKind::DriftResolved,
         EventKind::ReadOnly,
         EventKind::Stale,
+        EventKind::AwaitingApproval,
     ];
 
     /// The name in agent.toml and in messages.
@@ -96,6 +99,7 @@ impl EventKind {
             EventKind::DriftResolved => "drift-resolved",
             EventKind::ReadOnly => "read-only",
             EventKind::Stale => "stale",
+            EventKind::AwaitingApproval => "awaiting-approval",
         }
     }
 

@@ -24,6 +24,10 @@
 //!   its resolution once it really stays resolved. With `flap_window = "0s"` a resolution is
 //!   announced by the pass that saw it.
 //!
+//! - `awaiting-approval`: actions wait for `proxops approve` (`[policy] approve`), once per
+//!   held change (its digest): the same change held pass after pass, or rejected, is not
+//!   announced again; a changed one (a new digest) is.
+//!
 //! On start the memory holds the findings already open in the store (they were announced,
 //! or are older than the notifier), so a restart announces nothing twice.
 
@@ -120,6 +124,21 @@ pub struct PassFacts {
     pub open: Vec<FindingFact>,
     /// Findings resolved recently (most recent first), to say how an announced one went away.
     pub resolved: Vec<FindingFact>,
+    /// The change held for approval after the pass, while nobody decided on it.
+    pub awaiting: Option<AwaitingFact>,
+}
+
+/// A change held for approval (`[policy] approve`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AwaitingFact {
+    /// The first pass that held it (the one `proxops approve` names).
+    pub pass: i64,
+    /// The digest of the held actions.
+    pub digest: String,
+    /// Why they are held (`destructive`, `bulk: …`).
+    pub why: String,
+    /// The held actions.
+    pub actions: Vec<ActionFact>,
 }
 
 /// One thing to tell a target.
@@ -145,6 +164,8 @@ pub struct Event {
     pub diagnostics: Vec<String>,
     /// `failed`, `stale`, `read-only`: why.
     pub error: Option<String>,
+    /// `awaiting-approval`: the held change.
+    pub approval: Option<AwaitingFact>,
 }
 
 /// What an announced finding is doing now.
@@ -165,6 +186,8 @@ pub struct Memory {
     failure: Option<String>,
     read_only: bool,
     stale: bool,
+    /// The digest of the held change last announced.
+    awaiting: Option<String>,
 }
 
 impl Memory {
@@ -179,6 +202,13 @@ impl Memory {
                 .collect(),
             ..Self::default()
         }
+    }
+
+    /// The same memory, with the change held for approval under `digest` (already open in
+    /// the store when the notifier starts) counted as announced.
+    pub fn awaiting(mut self, digest: Option<String>) -> Self {
+        self.awaiting = digest;
+        self
     }
 }
 
@@ -208,7 +238,18 @@ pub fn derive(
         findings: Vec::new(),
         diagnostics: Vec::new(),
         error: None,
+        approval: None,
     };
+
+    if let Some(held) = &facts.awaiting
+        && memory.awaiting.as_deref() != Some(held.digest.as_str())
+    {
+        let mut e = event(EventKind::AwaitingApproval);
+        e.actions.clone_from(&held.actions);
+        e.approval = Some(held.clone());
+        events.push(e);
+    }
+    next.awaiting = facts.awaiting.as_ref().map(|a| a.digest.clone());
 
     if facts.stale && !memory.stale {
         let mut e = event(EventKind::Stale);
@@ -385,6 +426,37 @@ mod tests {
             open,
             ..PassFacts::default()
         }
+    }
+
+    fn held(pass: i64, digest: &str) -> PassFacts {
+        PassFacts {
+            awaiting: Some(AwaitingFact {
+                pass,
+                digest: digest.into(),
+                why: "destructive".into(),
+                actions: Vec::new(),
+            }),
+            ..facts(pass, "no-change", Vec::new())
+        }
+    }
+
+    #[test]
+    fn a_held_change_is_announced_once_per_digest_and_again_when_it_changes() {
+        let passes = [
+            (1, held(1, "sha256:aa")),
+            (2, held(2, "sha256:aa")),
+            (3, held(3, "sha256:bb")),
+            (4, facts(4, "applied", Vec::new())),
+            (5, held(5, "sha256:bb")),
+        ];
+        let awaiting: Vec<bool> = run(&passes, Duration::ZERO)
+            .iter()
+            .map(|kinds| kinds.contains(&EventKind::AwaitingApproval))
+            .collect();
+        assert_eq!(awaiting, [true, false, true, false, true]);
+        let seeded = Memory::default().awaiting(Some("sha256:aa".into()));
+        let (events, _) = derive(&seeded, &held(6, "sha256:aa"), at(6), Duration::ZERO);
+        assert!(events.is_empty(), "{events:?}");
     }
 
     fn kinds(events: &[Event]) -> Vec<EventKind> {

@@ -230,6 +230,25 @@ pub fn render(event: &Event) -> Rendered {
             3,
             vec!["hourglass"],
         ),
+        EventKind::AwaitingApproval => {
+            let held = event.approval.as_ref();
+            let pass = held.map_or(event.pass, |a| a.pass);
+            let mut lines = capped(event.actions.iter().map(action_line));
+            lines.push(format!(
+                "held ({}, digest {}); approve with `proxops approve {pass}` on the node, as the                  agent's user, or keep them held with `proxops reject {pass}`",
+                held.map_or("", |a| a.why.as_str()),
+                held.map_or("", |a| proxops_core::plan::digest::short(&a.digest))
+            ));
+            (
+                format!(
+                    "{node}: {} await approval (pass {pass})",
+                    plural(event.actions.len(), "action", "actions")
+                ),
+                lines,
+                4,
+                vec!["raised_hand"],
+            )
+        }
     };
     let mut context = format!("node {node}");
     if let Some(cluster) = &event.cluster {
@@ -282,7 +301,7 @@ pub fn html(rendered: &Rendered) -> String {
 /// The webhook document (`docs/notify-webhook.schema.json`).
 pub fn webhook(event: &Event) -> Value {
     let rendered = render(event);
-    json!({
+    let mut document = json!({
         "version": WEBHOOK_VERSION,
         "event": event.kind.as_str(),
         "title": rendered.title,
@@ -316,7 +335,19 @@ pub fn webhook(event: &Event) -> Value {
         })).collect::<Vec<_>>(),
         "diagnostics": event.diagnostics.iter().map(|d| redact(d)).collect::<Vec<_>>(),
         "error": event.error.as_deref().map(redact),
-    })
+    });
+    if let (Some(held), Some(object)) = (&event.approval, document.as_object_mut()) {
+        object.insert(
+            "approval".to_owned(),
+            json!({
+                "pass": held.pass,
+                "digest": held.digest,
+                "why": held.why,
+                "command": format!("proxops approve {}", held.pass),
+            }),
+        );
+    }
+    document
 }
 
 /// ntfy's JSON publish body for `topic`.
@@ -434,7 +465,47 @@ mod tests {
             }],
             diagnostics: Vec::new(),
             error: None,
+            approval: None,
         }
+    }
+
+    #[test]
+    fn a_held_change_says_what_waits_and_the_command_that_approves_it() {
+        let action = ActionFact {
+            resource: "VM/old".into(),
+            node: "pve1".into(),
+            verb: "delete".into(),
+            reason: "no manifest declares it".into(),
+            result: "skipped".into(),
+            error: Some("awaiting approval (destructive)".into()),
+            upid: None,
+            risk: Some("destructive".into()),
+        };
+        let event = Event {
+            kind: EventKind::AwaitingApproval,
+            actions: vec![action],
+            findings: Vec::new(),
+            approval: Some(crate::notify::events::AwaitingFact {
+                pass: 12,
+                digest: "sha256:0123456789abcdef00".into(),
+                why: "destructive".into(),
+                actions: Vec::new(),
+            }),
+            ..drift_event()
+        };
+        let r = render(&event);
+        assert_eq!(r.title, "pve1: 1 action await approval (pass 12)");
+        assert!(
+            r.lines.last().unwrap().contains("`proxops approve 12`")
+                && r.lines.last().unwrap().contains("digest 0123456789ab"),
+            "{:?}",
+            r.lines
+        );
+        let document = webhook(&event);
+        assert_eq!(document["event"], "awaiting-approval");
+        assert_eq!(document["approval"]["command"], "proxops approve 12");
+        assert_eq!(document["actions"][0]["risk"], "destructive");
+        assert!(webhook(&drift_event()).get("approval").is_none());
     }
 
     #[test]

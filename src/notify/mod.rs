@@ -87,6 +87,19 @@ impl Notifier {
                 }
             }
         };
+        let awaiting = if targets.is_empty() {
+            None
+        } else {
+            awaiting_fact(
+                &store
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                node_label,
+            )
+            .ok()
+            .flatten()
+            .map(|a| a.digest)
+        };
         let mut started = Vec::new();
         for target in targets {
             let http = match deliver::http_client(target) {
@@ -108,7 +121,7 @@ impl Notifier {
             started.push(Target {
                 config: target.clone(),
                 queue,
-                memory: Mutex::new(Memory::starting_with(&open)),
+                memory: Mutex::new(Memory::starting_with(&open).awaiting(awaiting.clone())),
             });
         }
         Self {
@@ -379,6 +392,40 @@ fn read_facts(
         read_only,
         open,
         resolved,
+        awaiting: awaiting_fact(store, node_label)?,
+    }))
+}
+
+/// The change held for approval on `node_label` that nobody decided on yet.
+fn awaiting_fact(
+    store: &proxops_store::Store,
+    node_label: &str,
+) -> Result<Option<events::AwaitingFact>, proxops_store::StoreError> {
+    let Some(open) = store
+        .open_approval(node_label)?
+        .filter(|a| a.state == proxops_store::ApprovalState::Awaiting)
+    else {
+        return Ok(None);
+    };
+    let actions: Vec<serde_json::Value> = serde_json::from_str(&open.actions).unwrap_or_default();
+    let text = |a: &serde_json::Value, key: &str| a[key].as_str().unwrap_or_default().to_owned();
+    Ok(Some(events::AwaitingFact {
+        pass: open.pass.0,
+        digest: open.digest.clone(),
+        why: open.why.clone(),
+        actions: actions
+            .iter()
+            .map(|a| ActionFact {
+                resource: crate::agent::approval::resource_text(a),
+                node: text(a, "node"),
+                verb: a["verb"]["verb"].as_str().unwrap_or_default().to_owned(),
+                reason: text(a, "reason"),
+                result: "skipped".to_owned(),
+                error: Some(format!("awaiting approval ({})", open.why)),
+                upid: None,
+                risk: a["risk"].as_str().map(str::to_owned),
+            })
+            .collect(),
     }))
 }
 
@@ -419,6 +466,7 @@ mod tests {
             findings: Vec::new(),
             diagnostics: Vec::new(),
             error: None,
+            approval: None,
         };
         let keys = |v: &serde_json::Value| -> BTreeSet<String> {
             v.as_object().unwrap().keys().cloned().collect()

@@ -7,6 +7,7 @@
 
 mod adopt;
 mod agent;
+mod approvals;
 mod artifacts;
 mod check;
 mod cli_validate;

@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod actions;
+pub mod approvals;
 pub mod drift;
 pub mod freeze;
 pub mod inventory;
@@ -57,6 +58,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OpenFlags};
 
 pub use actions::{ActionId, ActionOutcome, ActionRecord, RunningTask};
+pub use approvals::{ApprovalRecord, ApprovalState, Held};
 pub use drift::{DriftRecord, DriftUpdate, Resolution};
 pub use freeze::Freeze;
 pub use inventory::OwnedGuest;

@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[&str] = &[
     V3_ENFORCED_AND_DRIFT_PASSES,
     V4_RISK_AND_FREEZE,
     V_SNAPSHOTS,
+    V_APPROVALS,
 ];
 
 /// Version 1: passes, actions, drift findings, inventory.
@@ -166,6 +167,9 @@ CREATE TABLE snapshots (
 ) STRICT;
 CREATE INDEX snapshots_by_resource ON snapshots (resource_kind, resource_name, id);
 ";
+/// Issue 19 (approvals): the actions a pass held for an operator's approval, with their
+/// digest, and what became of them: see `approvals.rs`.
+pub(crate) const V_APPROVALS: &str = crate::approvals::SCHEMA;
 
 /// The schema version this binary writes.
 pub fn latest() -> u32 {

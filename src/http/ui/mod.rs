@@ -15,6 +15,7 @@
 //! Every page answer carries a Content-Security-Policy that allows only this origin's
 //! stylesheet and script, so even a value that escaped escaping could not run.
 
+pub mod approval;
 pub mod cluster;
 pub mod drift;
 pub mod html;
@@ -261,17 +262,27 @@ async fn pass_page(State(ui): State<Ui>, Path(id): Path<String>) -> Response {
             .iter()
             .map(DriftJson::from)
             .collect();
-        Ok(Some((PassJson::from(&summary), actions, findings)))
+        let approval = s
+            .approval_of_pass(summary.id)?
+            .as_ref()
+            .map(crate::agent::approval::ApprovalJson::from);
+        Ok(Some((
+            PassJson::from(&summary),
+            actions,
+            findings,
+            approval,
+        )))
     })
     .await;
     match read {
-        Ok(Some((pass, actions, findings))) => {
+        Ok(Some((pass, actions, findings, approval))) => {
             let data = pass::PassPage {
                 node: state.node_label.clone(),
                 pass,
                 actions,
                 findings,
                 commit_url: state.commit_url.clone(),
+                approval,
             };
             page_response(StatusCode::OK, pass::render(&data))
         }
@@ -399,6 +410,7 @@ pub(crate) mod testing {
                 allowed: true,
                 ..Default::default()
             },
+            approval: crate::agent::approval::ApprovalView::default(),
             pmxcfs: None,
         }
     }

@@ -128,6 +128,7 @@ fn banners(o: &Overview, out: &mut String) {
             }
         );
     }
+    super::approval::banner(&o.status.approval, out);
     if o.report_mode {
         out.push_str(
             "<p class=\"banner neutral\" id=\"flag-report\"><b>Report mode:</b> \

@@ -75,6 +75,8 @@ pub struct PassPage {
     pub findings: Vec<DriftJson>,
     /// `[http] commit_url`.
     pub commit_url: Option<String>,
+    /// The change it held for approval (`[policy] approve`).
+    pub approval: Option<crate::agent::approval::ApprovalJson>,
 }
 
 /// The findings table (shared with the drift page's layout).
@@ -174,6 +176,7 @@ pub fn render(p: &PassPage) -> String {
             diagnostics_list(&pass.diagnostics)
         );
     }
+    super::approval::section(p.approval.as_ref(), &mut body);
     body.push_str("<section><h2>Actions</h2>");
     if p.actions.is_empty() {
         body.push_str("<p class=\"muted\">No actions.</p>");
@@ -234,6 +237,7 @@ mod tests {
             "`12 GB` is not a size",
         )];
         PassPage {
+            approval: None,
             node: "pve1".to_owned(),
             pass: failed,
             actions: vec![

@@ -7,6 +7,7 @@
 //! know at plan time, the config write after a full clone, it asks [`clone_update`] for.
 
 mod artifacts;
+pub mod digest;
 mod guests;
 pub mod render;
 pub mod risk;
