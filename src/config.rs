@@ -110,6 +110,9 @@ pub struct SourceConfig {
     /// The forge's host keys (`known_hosts_file`): the only keys ssh accepts. Required for an
     /// ssh source, so no host key is trusted on first use.
     pub known_hosts_file: Option<PathBuf>,
+    /// `verify` with its key files (`allowed_signers_file`, `gpg_keyring_file`); `None` for
+    /// `verify = "off"`, the default.
+    pub verify: Option<crate::source::verify::Policy>,
 }
 
 /// `[source] poll`: an interval or a cron expression.
@@ -297,6 +300,9 @@ struct RawSource {
     token_file: Option<PathBuf>,
     ssh_key_file: Option<PathBuf>,
     known_hosts_file: Option<PathBuf>,
+    verify: Option<String>,
+    allowed_signers_file: Option<PathBuf>,
+    gpg_keyring_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -473,7 +479,14 @@ impl AgentConfig {
                     }
                     _ => {}
                 }
+                let verify = source_verify(
+                    s.verify.as_deref(),
+                    s.allowed_signers_file.as_deref().map(resolve),
+                    s.gpg_keyring_file.as_deref().map(resolve),
+                    &invalid,
+                )?;
                 Some(SourceConfig {
+                    verify,
                     url: s.url,
                     branch: s.branch.unwrap_or_else(|| DEFAULT_BRANCH.to_owned()),
                     path: s.path.unwrap_or_else(|| ".".to_owned()),
@@ -772,6 +785,64 @@ fn is_ssh_url(url: &str) -> bool {
         .iter()
         .any(|scheme| url.starts_with(scheme))
         || (!url.contains("://") && url.contains(':'))
+}
+
+/// `[source] verify` and its key files, read and checked now so a bad line stops the start
+/// (or the reload) with its file and line.
+fn source_verify(
+    mode: Option<&str>,
+    allowed_signers_file: Option<PathBuf>,
+    gpg_keyring_file: Option<PathBuf>,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Option<crate::source::verify::Policy>, ConfigError> {
+    use crate::source::verify::{Mode, Policy};
+    let mode = match mode.unwrap_or("off") {
+        "off" => None,
+        "head" => Some(Mode::Head),
+        "range" => Some(Mode::Range),
+        other => {
+            return Err(invalid(
+                "source.verify",
+                format!("`{other}` is not one of \"off\", \"head\", \"range\""),
+            ));
+        }
+    };
+    let Some(mode) = mode else {
+        if allowed_signers_file.is_some() || gpg_keyring_file.is_some() {
+            return Err(invalid(
+                "source.verify",
+                "is off, so allowed_signers_file and gpg_keyring_file would be ignored; set \
+                 verify = \"head\" or \"range\", or remove them"
+                    .to_owned(),
+            ));
+        }
+        return Ok(None);
+    };
+    if allowed_signers_file.is_none() && gpg_keyring_file.is_none() {
+        return Err(invalid(
+            "source.verify",
+            format!(
+                "\"{}\" needs the keys to trust: set allowed_signers_file (git's \
+                 gpg.ssh.allowedSignersFile format) or gpg_keyring_file (armored OpenPGP \
+                 public keys), or both",
+                mode.as_str()
+            ),
+        ));
+    }
+    Policy::load(mode, allowed_signers_file.as_deref(), gpg_keyring_file.as_deref())
+        .map(Some)
+        .map_err(|errors| {
+            let ssh = allowed_signers_file
+                .as_deref()
+                .is_some_and(|f| errors.iter().any(|e| e.file == f));
+            let key = if ssh {
+                "source.allowed_signers_file"
+            } else {
+                "source.gpg_keyring_file"
+            };
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            invalid(key, text.join("; "))
+        })
 }
 
 /// What to do when an ssh source has no `known_hosts_file`, naming the forge's host.
