@@ -299,6 +299,13 @@ fn final_status(store: &SharedStore, facts: &PassFacts<'_>) -> Option<(State, St
             ))
         }
         PassOutcome::Interrupted => None,
+        // `[source] verify` refused it: the note is `unverified: <commit>: <why>`.
+        PassOutcome::Unverified => Some((
+            State::Error,
+            facts
+                .note
+                .map_or_else(|| "unverified".to_owned(), str::to_owned),
+        )),
     }
 }
 

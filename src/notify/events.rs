@@ -245,7 +245,9 @@ pub fn derive(
             next.failure = Some(signature);
             next.invalid_commit = None;
         }
-        "invalid" => {
+        // An unverified revision (`[source] verify`) is refused like an invalid one; its
+        // error says `unverified: <commit>: <why>`.
+        "invalid" | "unverified" => {
             if memory.invalid_commit != facts.commit || memory.invalid_commit.is_none() {
                 let mut e = event(EventKind::Invalid);
                 e.diagnostics.clone_from(&facts.diagnostics);

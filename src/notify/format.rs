@@ -168,14 +168,27 @@ pub fn render(event: &Event) -> Rendered {
             {
                 lines.push(redact(error));
             }
-            lines.push(
-                "the last applied revision stays in force; fix the files and push".to_owned(),
-            );
+            let unverified = n == 0
+                && event
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("unverified: "));
+            lines.push(if unverified {
+                "the last applied revision stays in force; sign the commits with an allowed key \
+                 and push"
+                    .to_owned()
+            } else {
+                "the last applied revision stays in force; fix the files and push".to_owned()
+            });
             (
-                format!(
-                    "{node}: revision {commit} is invalid ({})",
-                    plural(n, "error", "errors")
-                ),
+                if unverified {
+                    format!("{node}: revision {commit} is unverified")
+                } else {
+                    format!(
+                        "{node}: revision {commit} is invalid ({})",
+                        plural(n, "error", "errors")
+                    )
+                },
                 lines,
                 4,
                 vec!["warning"],

@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[&str] = &[
     V2_PASS_NOTES,
     V3_ENFORCED_AND_DRIFT_PASSES,
     V4_RISK_AND_FREEZE,
+    V_UNVERIFIED,
 ];
 
 /// Version 1: passes, actions, drift findings, inventory.
@@ -142,6 +143,14 @@ CREATE TABLE freeze (
     who       TEXT    NOT NULL,
     since_at  INTEGER NOT NULL
 ) STRICT;
+";
+
+/// Issue 18 (signed commits): a pass refused by `[source] verify` is outcome `unverified`.
+/// The version 1 CHECK on `outcome` cannot be widened in place (SQLite has no ALTER for a
+/// CHECK, and rebuilding `passes` with foreign keys on would cascade-delete its actions), so
+/// the outcome is stored as `invalid` with this flag set; readers map the pair back.
+const V_UNVERIFIED: &str = r"
+ALTER TABLE passes ADD COLUMN unverified INTEGER NOT NULL DEFAULT 0 CHECK (unverified IN (0, 1));
 ";
 
 /// The schema version this binary writes.
