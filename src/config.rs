@@ -829,20 +829,24 @@ fn source_verify(
             ),
         ));
     }
-    Policy::load(mode, allowed_signers_file.as_deref(), gpg_keyring_file.as_deref())
-        .map(Some)
-        .map_err(|errors| {
-            let ssh = allowed_signers_file
-                .as_deref()
-                .is_some_and(|f| errors.iter().any(|e| e.file == f));
-            let key = if ssh {
-                "source.allowed_signers_file"
-            } else {
-                "source.gpg_keyring_file"
-            };
-            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            invalid(key, text.join("; "))
-        })
+    Policy::load(
+        mode,
+        allowed_signers_file.as_deref(),
+        gpg_keyring_file.as_deref(),
+    )
+    .map(Some)
+    .map_err(|errors| {
+        let ssh = allowed_signers_file
+            .as_deref()
+            .is_some_and(|f| errors.iter().any(|e| e.file == f));
+        let key = if ssh {
+            "source.allowed_signers_file"
+        } else {
+            "source.gpg_keyring_file"
+        };
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        invalid(key, text.join("; "))
+    })
 }
 
 /// What to do when an ssh source has no `known_hosts_file`, naming the forge's host.

@@ -407,8 +407,7 @@ async fn unverified(deps: &PassDeps, head: &str) -> Option<String> {
     };
     let source = deps.source.clone();
     let head = head.to_owned();
-    let checked =
-        tokio::task::spawn_blocking(move || source.verify(&head, base.as_deref())).await;
+    let checked = tokio::task::spawn_blocking(move || source.verify(&head, base.as_deref())).await;
     let text = match checked {
         Ok(Ok(verified)) => {
             if let Some(verified) = verified {

@@ -4,6 +4,6 @@
 
 pub mod directory;
 pub mod git;
-pub mod verify;
 #[cfg(test)]
 pub(crate) mod test_repo;
+pub mod verify;

@@ -41,3 +41,4 @@ mod stats_lag;
 mod support;
 mod tls;
 mod ui;
+mod verify;

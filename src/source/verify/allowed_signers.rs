@@ -161,9 +161,11 @@ fn parse_options(field: &str) -> Result<Options, String> {
             ("valid-after", Some(time)) => options.valid_after = Some(parse_time(time)?),
             ("valid-before", Some(time)) => options.valid_before = Some(parse_time(time)?),
             ("cert-authority", None) => {
-                return Err("cert-authority is not supported: ProxOps verifies signatures by \
+                return Err(
+                    "cert-authority is not supported: ProxOps verifies signatures by \
                      listed keys only; list each signer's own public key instead"
-                    .to_owned());
+                        .to_owned(),
+                );
             }
             ("namespaces" | "valid-after" | "valid-before", None) => {
                 return Err(format!("option {name} needs a value ({name}=\"...\")"));
@@ -324,9 +326,17 @@ mod tests {
         let errors = parse(&text).unwrap_err();
         let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
         assert_eq!(lines, [2, 3, 4, 5, 6]);
-        assert!(errors[0].message.contains("cert-authority is not supported"), "{errors:?}");
+        assert!(
+            errors[0]
+                .message
+                .contains("cert-authority is not supported"),
+            "{errors:?}"
+        );
         assert!(errors[1].message.contains("ending in Z"), "{errors:?}");
-        assert!(errors[2].message.contains("unsupported option `restrict`"), "{errors:?}");
+        assert!(
+            errors[2].message.contains("unsupported option `restrict`"),
+            "{errors:?}"
+        );
         assert!(errors[3].message.contains("does not decode"), "{errors:?}");
         assert!(errors[4].message.contains("no key"), "{errors:?}");
     }

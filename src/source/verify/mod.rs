@@ -233,37 +233,7 @@ pub fn check(
     let commits = match (policy.mode, base) {
         (Mode::Head, _) | (Mode::Range, None) => vec![head],
         (Mode::Range, Some(base)) if base == head => Vec::new(),
-        (Mode::Range, Some(base)) => {
-            let unreadable = |error: &dyn std::error::Error| {
-                refuse(head, Why::Unreadable(format!("walking the history: {error}")))
-            };
-            let hidden: Vec<ObjectId> = repo
-                .find_commit(base)
-                .is_ok()
-                .then_some(base)
-                .into_iter()
-                .collect();
-            let walk = repo
-                .rev_walk([head])
-                .with_hidden(hidden)
-                .all()
-                .map_err(|e| unreadable(&e))?;
-            let mut commits = Vec::new();
-            for info in walk {
-                let info = info.map_err(|e| unreadable(&e))?;
-                commits.push(info.id);
-                if commits.len() > MAX_RANGE {
-                    return Err(refuse(
-                        head,
-                        Why::Unreadable(format!(
-                            "more than {MAX_RANGE} commits since the revision in force; \
-                             verify them by hand and set the branch to a reviewed commit"
-                        )),
-                    ));
-                }
-            }
-            commits
-        }
+        (Mode::Range, Some(base)) => range(repo, head, base)?,
     };
     for &commit in &commits {
         verify_commit(repo, policy, commit).map_err(|why| refuse(commit, why))?;
@@ -271,6 +241,78 @@ pub fn check(
     Ok(Verified {
         commits: commits.iter().map(ToString::to_string).collect(),
     })
+}
+
+/// The commits reachable from `head` and not from `base`, newest first (breadth first).
+///
+/// The walk reads parents from the objects the mirror holds and ignores its `shallow` file:
+/// a later shallow fetch (`deepen-since` the last fetched commit) marks that commit as a
+/// shallow boundary although its parents are in the mirror, and a walk that stopped there
+/// would let an unverified commit below it through. A parent the mirror does not hold
+/// refuses the range (fail closed: a commit dated in the past is left out of a
+/// `deepen-since` fetch), except when `base` itself is not in the mirror (a new mirror: the
+/// walk then covers what the mirror holds).
+fn range(repo: &gix::Repository, head: ObjectId, base: ObjectId) -> Result<Vec<ObjectId>, Refusal> {
+    use std::collections::{HashSet, VecDeque};
+    let refuse = |commit: ObjectId, why: Why| Refusal {
+        commit: commit.to_string(),
+        why,
+    };
+    let parents = |id: ObjectId| -> Result<Vec<ObjectId>, Refusal> {
+        let commit = repo
+            .find_commit(id)
+            .map_err(|e| refuse(id, Why::Unreadable(e.to_string())))?;
+        Ok(commit.parent_ids().map(gix::Id::detach).collect())
+    };
+    let base_known = repo.has_object(base);
+    let mut hidden = HashSet::new();
+    if base_known {
+        let mut queue = VecDeque::from([base]);
+        while let Some(id) = queue.pop_front() {
+            if !hidden.insert(id) {
+                continue;
+            }
+            for parent in parents(id)? {
+                if repo.has_object(parent) {
+                    queue.push_back(parent);
+                }
+            }
+        }
+    }
+    let mut commits = Vec::new();
+    let mut seen = HashSet::new();
+    let mut queue = VecDeque::from([head]);
+    while let Some(id) = queue.pop_front() {
+        if hidden.contains(&id) || !seen.insert(id) {
+            continue;
+        }
+        commits.push(id);
+        if commits.len() > MAX_RANGE {
+            return Err(refuse(
+                head,
+                Why::Unreadable(format!(
+                    "more than {MAX_RANGE} commits since the revision in force; verify them \
+                     by hand and set the branch to a reviewed commit"
+                )),
+            ));
+        }
+        for parent in parents(id)? {
+            if repo.has_object(parent) {
+                queue.push_back(parent);
+            } else if base_known && !hidden.contains(&parent) {
+                return Err(refuse(
+                    id,
+                    Why::Unreadable(format!(
+                        "its parent {} is not in the git mirror (a shallow fetch leaves out \
+                         commits dated before the last fetched one), so the commits since \
+                         the revision in force cannot all be verified",
+                        parent.to_hex_with_len(12)
+                    )),
+                ));
+            }
+        }
+    }
+    Ok(commits)
 }
 
 /// Verifies one commit's signature.
@@ -319,8 +361,12 @@ pub fn verify_signature(
         }
         policy.keyring.verify(armored, payload)
     } else if start.starts_with("-----BEGIN SIGNED MESSAGE-----") {
-        Err(Why::Unsupported("X.509 (gpgsm) signatures are not verified".to_owned()))
+        Err(Why::Unsupported(
+            "X.509 (gpgsm) signatures are not verified".to_owned(),
+        ))
     } else {
-        Err(Why::Unsupported("not an SSH or OpenPGP signature".to_owned()))
+        Err(Why::Unsupported(
+            "not an SSH or OpenPGP signature".to_owned(),
+        ))
     }
 }

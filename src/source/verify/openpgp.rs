@@ -39,7 +39,10 @@ impl Keyring {
             parsed.push(key);
         }
         if parsed.is_empty() {
-            return Err("no OpenPGP public key in the file (export one with `gpg --armor --export KEYID`)".to_owned());
+            return Err(
+                "no OpenPGP public key in the file (export one with `gpg --armor --export KEYID`)"
+                    .to_owned(),
+            );
         }
         Ok(Keyring { keys: parsed })
     }
@@ -84,7 +87,7 @@ impl Keyring {
                     .signatures
                     .iter()
                     .filter_map(|s| s.key_expiration_time().map(|d| u64::from(d.as_secs())))
-                .filter(|secs| *secs > 0)
+                    .filter(|secs| *secs > 0)
                     .max();
                 found = check(&signature, payload, subkey, expiry);
             }
@@ -151,7 +154,10 @@ fn issued_by<K: KeyDetails>(sig: &Signature, key: &K) -> bool {
     let id = key.legacy_key_id();
     let fingerprint = key.fingerprint();
     sig.issuer_key_id().into_iter().any(|i| *i == id)
-        || sig.issuer_fingerprint().into_iter().any(|f| *f == fingerprint)
+        || sig
+            .issuer_fingerprint()
+            .into_iter()
+            .any(|f| *f == fingerprint)
 }
 
 fn issuer_text(sig: &Signature) -> String {

@@ -55,6 +55,10 @@ pub fn verify(signers: &[Entry], armored: &str, payload: &[u8], time: i64) -> Re
     valid
         .key
         .verify(NAMESPACE, payload, &signature)
-        .map_err(|_| Why::BadSignature(format!("SSH key {fingerprint}: the signature does not match the commit")))?;
+        .map_err(|_| {
+            Why::BadSignature(format!(
+                "SSH key {fingerprint}: the signature does not match the commit"
+            ))
+        })?;
     Ok(valid.principals.clone())
 }
