@@ -370,3 +370,301 @@ pub fn verify_signature(
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::Command;
+
+    use super::*;
+    use crate::source::test_repo::{TestRepo, git_command};
+
+    fn run(command: &mut Command) -> String {
+        let output = command.output().unwrap();
+        assert!(
+            output.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// A new ed25519 key in `dir`; its allowed signers line with `options`.
+    fn ssh_key(dir: &Path, name: &str, options: &str) -> (std::path::PathBuf, String) {
+        let key = dir.join(name);
+        run(Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "", "-f"])
+            .arg(&key));
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        (key, format!("ops@example.org {options} {}", public.trim()))
+    }
+
+    fn ssh_policy(dir: &Path, mode: Mode, lines: &[&str]) -> Policy {
+        let file = dir.join("allowed_signers");
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        Policy::load(mode, Some(&file), None).unwrap()
+    }
+
+    /// Commits `files` on the work repository, signed with the SSH `key` when given.
+    fn commit(repo: &TestRepo, key: Option<&Path>, file: &str, message: &str) -> ObjectId {
+        repo.write(file, message);
+        repo.git(&["add", "--all"]);
+        let mut command = git_command(&repo.work_path());
+        if let Some(key) = key {
+            command
+                .arg("-c")
+                .arg("gpg.format=ssh")
+                .arg("-c")
+                .arg(format!("user.signingkey={}", key.display()))
+                .args(["commit", "-q", "-S", "-m", message]);
+        } else {
+            command.args(["commit", "-q", "-m", message]);
+        }
+        run(&mut command);
+        ObjectId::from_hex(repo.head().as_bytes()).unwrap()
+    }
+
+    fn open(repo: &TestRepo) -> gix::Repository {
+        gix::open_opts(repo.work_path(), gix::open::Options::isolated()).unwrap()
+    }
+
+    /// The armored signature and the signed payload of `commit`.
+    fn signed_parts(repo: &gix::Repository, commit: ObjectId) -> (String, Vec<u8>, i64) {
+        let commit = repo.find_commit(commit).unwrap();
+        let time = commit.time().unwrap().seconds;
+        let (signature, signed) = commit.signature().unwrap().unwrap();
+        (
+            String::from_utf8_lossy(&signature).into_owned(),
+            signed.to_bstring().to_vec(),
+            time,
+        )
+    }
+
+    #[test]
+    fn an_ssh_signed_commit_verifies_and_a_tampered_payload_is_a_bad_signature() {
+        let keys = tempfile::tempdir().unwrap();
+        let (key, line) = ssh_key(keys.path(), "signer", "namespaces=\"git\"");
+        let policy = ssh_policy(keys.path(), Mode::Head, &[&line]);
+        let repo = TestRepo::new();
+        let signed = commit(&repo, Some(&key), "a.yaml", "signed");
+        let git = open(&repo);
+
+        check(&git, &policy, signed, None).unwrap();
+        let (signature, mut payload, time) = signed_parts(&git, signed);
+        assert_eq!(
+            verify_signature(&policy, &signature, &payload, time).unwrap(),
+            "ops@example.org"
+        );
+        let at = payload.len() - 2;
+        payload[at] ^= 1;
+        let why = verify_signature(&policy, &signature, &payload, time).unwrap_err();
+        assert!(matches!(why, Why::BadSignature(_)), "{why}");
+    }
+
+    #[test]
+    fn a_key_outside_its_validity_or_namespace_is_refused_with_that_reason() {
+        let keys = tempfile::tempdir().unwrap();
+        let (key, _) = ssh_key(keys.path(), "signer", "");
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let repo = TestRepo::new();
+        let signed = commit(&repo, Some(&key), "a.yaml", "signed");
+        let git = open(&repo);
+        let (signature, payload, time) = signed_parts(&git, signed);
+
+        let expired = ssh_policy(
+            keys.path(),
+            Mode::Head,
+            &[&format!(
+                "a@example.org valid-before=20000101Z {}",
+                public.trim()
+            )],
+        );
+        let why = verify_signature(&expired, &signature, &payload, time).unwrap_err();
+        assert!(matches!(why, Why::Expired(_)), "{why}");
+
+        let elsewhere = ssh_policy(
+            keys.path(),
+            Mode::Head,
+            &[&format!(
+                "a@example.org namespaces=\"file\" {}",
+                public.trim()
+            )],
+        );
+        let why = verify_signature(&elsewhere, &signature, &payload, time).unwrap_err();
+        assert!(matches!(why, Why::WrongNamespace(_)), "{why}");
+
+        // A signature made for another namespace (`ssh-keygen -Y sign -n file`).
+        let message = keys.path().join("message");
+        std::fs::write(&message, &payload).unwrap();
+        run(Command::new("ssh-keygen")
+            .args(["-q", "-Y", "sign", "-n", "file", "-f"])
+            .arg(&key)
+            .arg(&message));
+        let other = std::fs::read_to_string(keys.path().join("message.sig")).unwrap();
+        let open_policy = ssh_policy(
+            keys.path(),
+            Mode::Head,
+            &[&format!("a@example.org {}", public.trim())],
+        );
+        let why = verify_signature(&open_policy, &other, &payload, time).unwrap_err();
+        assert_eq!(
+            why,
+            Why::WrongNamespace("signed in namespace `file`, not `git`".to_owned())
+        );
+    }
+
+    #[test]
+    fn range_mode_checks_both_sides_of_a_merge_and_names_the_unsigned_commit() {
+        let keys = tempfile::tempdir().unwrap();
+        let (key, line) = ssh_key(keys.path(), "signer", "");
+        let policy = ssh_policy(keys.path(), Mode::Range, &[&line]);
+        let repo = TestRepo::new();
+        let base = commit(&repo, Some(&key), "a.yaml", "base");
+        repo.git(&["checkout", "-q", "-b", "side"]);
+        let unsigned = commit(&repo, None, "side.yaml", "unsigned on the side");
+        repo.git(&["checkout", "-q", "main"]);
+        let main = commit(&repo, Some(&key), "b.yaml", "signed on main");
+        let mut merge = git_command(&repo.work_path());
+        merge
+            .arg("-c")
+            .arg("gpg.format=ssh")
+            .arg("-c")
+            .arg(format!("user.signingkey={}", key.display()))
+            .args(["merge", "-q", "-S", "--no-ff", "-m", "merge", "side"]);
+        run(&mut merge);
+        let head = ObjectId::from_hex(repo.head().as_bytes()).unwrap();
+        let git = open(&repo);
+
+        let refusal = check(&git, &policy, head, Some(base)).unwrap_err();
+        assert_eq!(refusal.commit, unsigned.to_string());
+        assert_eq!(refusal.why, Why::NoSignature);
+        assert_eq!(
+            refusal.to_string(),
+            format!("unverified: {}: no signature", &unsigned.to_string()[..12])
+        );
+        // From the main side alone, everything is signed; `head` mode checks the merge only.
+        assert_eq!(
+            check(&git, &policy, main, Some(base)).unwrap().commits,
+            [main.to_string()]
+        );
+        let head_only = Policy {
+            mode: Mode::Head,
+            ..policy.clone()
+        };
+        check(&git, &head_only, head, Some(base)).unwrap();
+        // The first pass (nothing in force) checks HEAD alone.
+        check(&git, &policy, head, None).unwrap();
+    }
+
+    #[test]
+    fn an_openpgp_signature_by_a_key_in_the_keyring_verifies_and_a_tampered_one_does_not() {
+        let home = tempfile::Builder::new()
+            .prefix("g")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::set_permissions(
+            home.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        let gpg = |args: &[&str]| {
+            run(Command::new("gpg")
+                .env("GNUPGHOME", home.path())
+                .args(["--batch", "--quiet", "--passphrase", ""])
+                .args(args))
+        };
+        gpg(&[
+            "--quick-gen-key",
+            "Ops <ops@example.org>",
+            "default",
+            "default",
+            "never",
+        ]);
+        gpg(&[
+            "--quick-gen-key",
+            "Other <other@example.org>",
+            "default",
+            "default",
+            "never",
+        ]);
+        let keyring = home.path().join("ops.asc");
+        std::fs::write(&keyring, gpg(&["--armor", "--export", "ops@example.org"])).unwrap();
+        let policy = Policy::load(Mode::Head, None, Some(&keyring)).unwrap();
+        assert_eq!(policy.keyring.len(), 1);
+
+        let payload =
+            b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nauthor a <a@b> 1 +0000\n\nx\n";
+        let message = home.path().join("payload");
+        std::fs::write(&message, payload).unwrap();
+        let sign_as = |user: &str| {
+            let out = home.path().join(format!("{user}.sig"));
+            run(Command::new("gpg")
+                .env("GNUPGHOME", home.path())
+                .args([
+                    "--batch",
+                    "--quiet",
+                    "--passphrase",
+                    "",
+                    "--local-user",
+                    user,
+                ])
+                .args(["--armor", "--detach-sign", "--output"])
+                .arg(&out)
+                .arg(&message));
+            std::fs::read_to_string(out).unwrap()
+        };
+        let good = sign_as("ops@example.org");
+        assert!(verify_signature(&policy, &good, payload, 1).is_ok());
+        let mut tampered = payload.to_vec();
+        tampered[0] ^= 1;
+        let why = verify_signature(&policy, &good, &tampered, 1).unwrap_err();
+        assert!(matches!(why, Why::BadSignature(_)), "{why}");
+        let stranger = sign_as("other@example.org");
+        let why = verify_signature(&policy, &stranger, payload, 1).unwrap_err();
+        assert!(matches!(why, Why::KeyNotAllowed(_)), "{why}");
+        // An SSH-only policy does not accept an OpenPGP signature.
+        let keys = tempfile::tempdir().unwrap();
+        let (_, line) = ssh_key(keys.path(), "signer", "");
+        let ssh_only = ssh_policy(keys.path(), Mode::Head, &[&line]);
+        let why = verify_signature(&ssh_only, &good, payload, 1).unwrap_err();
+        assert!(matches!(why, Why::KeyNotAllowed(_)), "{why}");
+    }
+
+    #[test]
+    fn key_files_are_read_with_located_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope");
+        let errors = Policy::load(Mode::Range, Some(&missing), None).unwrap_err();
+        assert!(
+            errors[0]
+                .to_string()
+                .starts_with(&format!("{}: cannot be read", missing.display()))
+        );
+        let bad = dir.path().join("allowed");
+        std::fs::write(
+            &bad,
+            "# team\nops@example.org cert-authority ssh-ed25519 AAAA\n",
+        )
+        .unwrap();
+        let errors = Policy::load(Mode::Range, Some(&bad), None).unwrap_err();
+        assert!(
+            errors[0]
+                .to_string()
+                .starts_with(&format!("{}:2: cert-authority", bad.display())),
+            "{errors:?}"
+        );
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "# nobody yet\n").unwrap();
+        let errors = Policy::load(Mode::Range, Some(&empty), None).unwrap_err();
+        assert!(errors[0].message.contains("lists no signer"), "{errors:?}");
+        let not_pgp = dir.path().join("keyring.asc");
+        std::fs::write(&not_pgp, "hello\n").unwrap();
+        let errors = Policy::load(Mode::Range, None, Some(&not_pgp)).unwrap_err();
+        assert!(
+            errors[0]
+                .to_string()
+                .starts_with(&not_pgp.display().to_string()),
+            "{errors:?}"
+        );
+    }
+}
