@@ -1269,6 +1269,61 @@ write_breaker_cool_down = "90s"
     }
 
     #[test]
+    fn source_verify_needs_a_key_file_and_names_the_bad_line_of_one() {
+        let config = |source: &str| {
+            format!(
+                "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ninsecure = true\n\
+                 token_secret_file = \"t\"\n[source]\nurl = \"https://git.example.org/ops.git\"\n\
+                 {source}"
+            )
+        };
+        let load = |source: &str| {
+            let (dir, path) = write_config(&config(source));
+            std::fs::write(dir.path().join("t"), "x").unwrap();
+            std::fs::write(
+                dir.path().join("allowed_signers"),
+                "# ops\nops@example.org valid-before=2027 ssh-ed25519 AAAA\n",
+            )
+            .unwrap();
+            (AgentConfig::load(&path).map_err(|e| e.to_string()), dir)
+        };
+        let (off, _dir) = load("");
+        assert!(off.unwrap().source.unwrap().verify.is_none());
+
+        let (err, _dir) = load("verify = \"range\"\n");
+        let err = err.unwrap_err();
+        assert!(
+            err.contains(
+                "source.verify: \"range\" needs the keys to trust: set allowed_signers_file"
+            ),
+            "{err}"
+        );
+        let (err, _dir) = load("verify = \"all\"\n");
+        assert!(
+            err.unwrap_err()
+                .contains("source.verify: `all` is not one of")
+        );
+        let (err, _dir) = load("allowed_signers_file = \"allowed_signers\"\n");
+        assert!(err.unwrap_err().contains("source.verify: is off"));
+        let (err, dir) = load("verify = \"head\"\nallowed_signers_file = \"allowed_signers\"\n");
+        let err = err.unwrap_err();
+        let located = format!(
+            "source.allowed_signers_file: {}:2: time `2027` has no `Z`",
+            dir.path().join("allowed_signers").display()
+        );
+        assert!(err.contains(&located), "{err}");
+        let (err, dir) = load("verify = \"head\"\ngpg_keyring_file = \"keys.asc\"\n");
+        let err = err.unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "source.gpg_keyring_file: {}: cannot be read",
+                dir.path().join("keys.asc").display()
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn an_ssh_source_with_known_hosts_gets_strict_host_key_checking_against_that_file() {
         let (dir, path) = write_config(
             "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ninsecure = true\n\

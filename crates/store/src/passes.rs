@@ -304,11 +304,12 @@ impl Store {
         ended_at: SystemTime,
     ) -> Result<()> {
         let operation = "recording the end of a pass";
-        let changed = self
-            .conn
+        let query_error = self.query_error(operation);
+        let tx = self.conn.transaction().map_err(&query_error)?;
+        let changed = tx
             .execute(
                 "UPDATE passes SET outcome = ?2, ended_at = ?3, actions_ok = ?4, \
-                 actions_failed = ?5, actions_skipped = ?6, findings = ?7, unverified = ?8 \
+                 actions_failed = ?5, actions_skipped = ?6, findings = ?7 \
                  WHERE id = ?1 AND outcome IS NULL",
                 params![
                     id.0,
@@ -317,11 +318,16 @@ impl Store {
                     counts.actions_ok,
                     counts.actions_failed,
                     counts.actions_skipped,
-                    counts.findings,
-                    outcome == PassOutcome::Unverified
+                    counts.findings
                 ],
             )
-            .map_err(self.query_error(operation))?;
+            .map_err(&query_error)?;
+        // Only an unverified pass names the flag, so older schemas (tests) still record.
+        if changed == 1 && outcome == PassOutcome::Unverified {
+            tx.execute("UPDATE passes SET unverified = 1 WHERE id = ?1", [id.0])
+                .map_err(&query_error)?;
+        }
+        tx.commit().map_err(&query_error)?;
         if changed == 1 {
             return Ok(());
         }
