@@ -542,6 +542,19 @@ mod tests {
     }
 
     #[test]
+    fn an_unverified_commit_is_announced_once_like_an_invalid_one() {
+        let mut a = facts(1, "unverified", vec![]);
+        a.error = Some("unverified: c1: no signature".into());
+        let mut b = a.clone();
+        b.commit = Some("c2".into());
+        let got = run(&[(0, a.clone()), (60, a), (120, b)], WINDOW);
+        assert_eq!(
+            got,
+            [vec![EventKind::Invalid], vec![], vec![EventKind::Invalid]]
+        );
+    }
+
+    #[test]
     fn read_only_and_stale_are_announced_when_they_begin() {
         let mut ro = facts(1, "failed", vec![]);
         ro.read_only = true;

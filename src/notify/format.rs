@@ -538,6 +538,24 @@ mod tests {
     }
 
     #[test]
+    fn an_unverified_revision_is_said_as_such_with_the_commit_and_why() {
+        let mut event = drift_event();
+        event.kind = EventKind::Invalid;
+        event.outcome = "unverified".into();
+        event.findings.clear();
+        event.error = Some("unverified: 0123456789ab: no signature".into());
+        let r = render(&event);
+        assert_eq!(r.title, "pve1: revision 0123456789ab is unverified");
+        assert_eq!(r.lines[0], "unverified: 0123456789ab: no signature");
+        assert!(
+            r.lines[1].contains("sign the commits with an allowed key"),
+            "{:?}",
+            r.lines
+        );
+        assert_eq!(webhook(&event)["pass"]["outcome"], "unverified");
+    }
+
+    #[test]
     fn slack_blocks_keep_to_block_kit_limits() {
         let mut event = drift_event();
         event.kind = EventKind::Invalid;
