@@ -481,8 +481,8 @@ impl AgentConfig {
                 }
                 let verify = source_verify(
                     s.verify.as_deref(),
-                    s.allowed_signers_file.as_deref().map(resolve),
-                    s.gpg_keyring_file.as_deref().map(resolve),
+                    s.allowed_signers_file.as_deref().map(resolve).as_deref(),
+                    s.gpg_keyring_file.as_deref().map(resolve).as_deref(),
                     &invalid,
                 )?;
                 Some(SourceConfig {
@@ -791,8 +791,8 @@ fn is_ssh_url(url: &str) -> bool {
 /// (or the reload) with its file and line.
 fn source_verify(
     mode: Option<&str>,
-    allowed_signers_file: Option<PathBuf>,
-    gpg_keyring_file: Option<PathBuf>,
+    allowed_signers_file: Option<&Path>,
+    gpg_keyring_file: Option<&Path>,
     invalid: &dyn Fn(&str, String) -> ConfigError,
 ) -> Result<Option<crate::source::verify::Policy>, ConfigError> {
     use crate::source::verify::{Mode, Policy};
@@ -829,24 +829,18 @@ fn source_verify(
             ),
         ));
     }
-    Policy::load(
-        mode,
-        allowed_signers_file.as_deref(),
-        gpg_keyring_file.as_deref(),
-    )
-    .map(Some)
-    .map_err(|errors| {
-        let ssh = allowed_signers_file
-            .as_deref()
-            .is_some_and(|f| errors.iter().any(|e| e.file == f));
-        let key = if ssh {
-            "source.allowed_signers_file"
-        } else {
-            "source.gpg_keyring_file"
-        };
-        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        invalid(key, text.join("; "))
-    })
+    Policy::load(mode, allowed_signers_file, gpg_keyring_file)
+        .map(Some)
+        .map_err(|errors| {
+            let ssh = allowed_signers_file.is_some_and(|f| errors.iter().any(|e| e.file == f));
+            let key = if ssh {
+                "source.allowed_signers_file"
+            } else {
+                "source.gpg_keyring_file"
+            };
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            invalid(key, text.join("; "))
+        })
 }
 
 /// What to do when an ssh source has no `known_hosts_file`, naming the forge's host.

@@ -7,13 +7,16 @@
 //!   force (the last applied or enforced one), merges and both sides of them included. On
 //!   the very first pass (nothing in force yet) only the fetched commit. After a force-push
 //!   (the revision in force is no ancestor) the walk still hides what the old revision
-//!   reaches, so it covers the new side down to the merge base. When the revision in force
-//!   is not in the mirror at all, or the histories share nothing, the walk covers every
-//!   commit the shallow mirror holds (down to its shallow boundary, `source::git`), at most
-//!   [`MAX_RANGE`] commits; more is refused.
+//!   reaches, so it covers the new side down to the merge base (or its roots, when the
+//!   histories share nothing). The walk reads the mirror's objects, not its shallow
+//!   boundary, and refuses when a parent is missing ([`range`]); when the revision in force
+//!   is not in the mirror at all it covers what the mirror holds. At most [`MAX_RANGE`]
+//!   commits; more is refused.
 //!
 //! The signed payload is the raw commit object without its `gpgsig` header, as gix's
-//! `Commit::signature` gives it (git `commit.c`, `parse_buffer_signed_by_header`). SSH
+//! `Commit::signature` gives it; git/git @ 1a3e64c6c4, `commit.c`,
+//! `parse_buffer_signed_by_header`, builds the same payload (it also drops a second
+//! `gpgsig-sha256` header, which gix keeps: GAPS.md #120). SSH
 //! signatures ([`ssh`]) are checked against `allowed_signers_file` ([`allowed_signers`]),
 //! OpenPGP ones ([`openpgp`]) against `gpg_keyring_file`. X.509 (`gpgsm`) signatures are
 //! refused as unsupported; signed tags are out of scope (only commits are followed).

@@ -1,7 +1,8 @@
 //! SSH signatures on commits (`gpg.format = ssh`): an armored SSHSIG
 //! (OpenSSH `PROTOCOL.sshsig`) over the commit without its signature header, checked as
 //! `ssh-keygen -Y verify -n git -Overify-time=<committer time>` checks it against the
-//! allowed signers file (git `gpg-interface.c`, `verify_ssh_signed_buffer`). Algorithms:
+//! allowed signers file (git/git @ 1a3e64c6c4, `gpg-interface.c`, `verify_ssh_signed_buffer`;
+//! the time is the `committer` line's, `parse_payload_metadata`). Algorithms:
 //! ssh-ed25519, ssh-rsa (rsa-sha2-256/512 signatures), ecdsa-sha2-nistp256/384/521 and the
 //! security-key variants `ssh-key` verifies (sk-ssh-ed25519, sk-ecdsa-sha2-nistp256).
 
