@@ -9,7 +9,7 @@
 //!   (the revision in force is no ancestor) the walk still hides what the old revision
 //!   reaches, so it covers the new side down to the merge base (or its roots, when the
 //!   histories share nothing). The walk reads the mirror's objects, not its shallow
-//!   boundary, and refuses when a parent is missing ([`range`]); when the revision in force
+//!   boundary, and refuses when a parent is missing (`range`); when the revision in force
 //!   is not in the mirror at all it covers what the mirror holds. At most [`MAX_RANGE`]
 //!   commits; more is refused.
 //!
