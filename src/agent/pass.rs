@@ -397,6 +397,9 @@ async fn reconcile(
 /// memory or recorded); `None` when it passes or is off, else the refusal's text
 /// (`unverified: <commit>: <why>`).
 async fn unverified(deps: &PassDeps, head: &str) -> Option<String> {
+    if !deps.source.verifies() {
+        return None;
+    }
     let base = match lock(&deps.enforced).as_ref() {
         Some(enforced) => Some(enforced.commit.clone()),
         None => with_store(&deps.store, |s| {

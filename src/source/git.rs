@@ -413,6 +413,11 @@ impl GitSource {
         }))
     }
 
+    /// Whether `[source] verify` is on.
+    pub fn verifies(&self) -> bool {
+        self.verify.is_some()
+    }
+
     /// `[source] verify` for `head`, fetched before: `Ok(None)` when verification is off,
     /// else the commits verified (`range`: those reachable from `head` and not from `base`,
     /// the revision in force; [`super::verify::check`]). Blocks; touches no network.

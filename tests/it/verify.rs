@@ -113,6 +113,12 @@ async fn range_mode_refuses_an_unsigned_commit_between_two_signed_ones_and_write
     let (code, page) = agent.get_text("/").await;
     assert_eq!(code, 200);
     assert!(page.contains(&why), "{page}");
+    let (code, page) = agent
+        .get_text(&format!("/ui/passes/{}", last_id(&status)))
+        .await;
+    assert_eq!(code, 200);
+    assert!(page.contains(&why), "{page}");
+    assert!(page.contains("unverified"), "{page}");
     let out = agent.cli(&["status"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&why), "{text}");

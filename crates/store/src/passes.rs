@@ -305,9 +305,8 @@ impl Store {
     ) -> Result<()> {
         let operation = "recording the end of a pass";
         let query_error = self.query_error(operation);
-        let tx = self.conn.transaction().map_err(&query_error)?;
-        let changed = tx
-            .execute(
+        let finish = |conn: &rusqlite::Connection| {
+            conn.execute(
                 "UPDATE passes SET outcome = ?2, ended_at = ?3, actions_ok = ?4, \
                  actions_failed = ?5, actions_skipped = ?6, findings = ?7 \
                  WHERE id = ?1 AND outcome IS NULL",
@@ -321,13 +320,21 @@ impl Store {
                     counts.findings
                 ],
             )
-            .map_err(&query_error)?;
-        // Only an unverified pass names the flag, so older schemas (tests) still record.
-        if changed == 1 && outcome == PassOutcome::Unverified {
-            tx.execute("UPDATE passes SET unverified = 1 WHERE id = ?1", [id.0])
-                .map_err(&query_error)?;
-        }
-        tx.commit().map_err(&query_error)?;
+        };
+        // Only an unverified pass names the flag (with the outcome, in one transaction), so
+        // older schemas (tests) still record the others.
+        let changed = if outcome == PassOutcome::Unverified {
+            let tx = self.conn.transaction().map_err(&query_error)?;
+            let changed = finish(&tx).map_err(&query_error)?;
+            if changed == 1 {
+                tx.execute("UPDATE passes SET unverified = 1 WHERE id = ?1", [id.0])
+                    .map_err(&query_error)?;
+            }
+            tx.commit().map_err(&query_error)?;
+            changed
+        } else {
+            finish(&self.conn).map_err(&query_error)?
+        };
         if changed == 1 {
             return Ok(());
         }
