@@ -333,6 +333,7 @@ fn fetch_against_git_cli() {
             token: None,
             ssh_key_file: None,
             known_hosts_file: None,
+            verify: None,
         },
         dir.path(),
     )

@@ -268,6 +268,7 @@ async fn agent_passes() {
         token: None,
         ssh_key_file: None,
         known_hosts_file: None,
+        verify: None,
     };
     let state_dir = dir.path().join("state");
     std::fs::create_dir_all(&state_dir).unwrap();

@@ -113,6 +113,9 @@ pub struct SourceConfig {
     /// The forge's host keys (`known_hosts_file`): the only keys ssh accepts. Required for an
     /// ssh source, so no host key is trusted on first use.
     pub known_hosts_file: Option<PathBuf>,
+    /// `verify` with its key files (`allowed_signers_file`, `gpg_keyring_file`); `None` for
+    /// `verify = "off"`, the default.
+    pub verify: Option<crate::source::verify::Policy>,
 }
 
 /// `[source] poll`: an interval or a cron expression.
@@ -305,6 +308,9 @@ struct RawSource {
     token_file: Option<PathBuf>,
     ssh_key_file: Option<PathBuf>,
     known_hosts_file: Option<PathBuf>,
+    verify: Option<String>,
+    allowed_signers_file: Option<PathBuf>,
+    gpg_keyring_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -515,7 +521,14 @@ impl AgentConfig {
                     }
                     _ => {}
                 }
+                let verify = source_verify(
+                    s.verify.as_deref(),
+                    s.allowed_signers_file.as_deref().map(resolve).as_deref(),
+                    s.gpg_keyring_file.as_deref().map(resolve).as_deref(),
+                    &invalid,
+                )?;
                 Some(SourceConfig {
+                    verify,
                     url: s.url,
                     branch: s.branch.unwrap_or_else(|| DEFAULT_BRANCH.to_owned()),
                     path: s.path.unwrap_or_else(|| ".".to_owned()),
@@ -828,6 +841,62 @@ fn is_ssh_url(url: &str) -> bool {
         .iter()
         .any(|scheme| url.starts_with(scheme))
         || (!url.contains("://") && url.contains(':'))
+}
+
+/// `[source] verify` and its key files, read and checked now so a bad line stops the start
+/// (or the reload) with its file and line.
+fn source_verify(
+    mode: Option<&str>,
+    allowed_signers_file: Option<&Path>,
+    gpg_keyring_file: Option<&Path>,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<Option<crate::source::verify::Policy>, ConfigError> {
+    use crate::source::verify::{Mode, Policy};
+    let mode = match mode.unwrap_or("off") {
+        "off" => None,
+        "head" => Some(Mode::Head),
+        "range" => Some(Mode::Range),
+        other => {
+            return Err(invalid(
+                "source.verify",
+                format!("`{other}` is not one of \"off\", \"head\", \"range\""),
+            ));
+        }
+    };
+    let Some(mode) = mode else {
+        if allowed_signers_file.is_some() || gpg_keyring_file.is_some() {
+            return Err(invalid(
+                "source.verify",
+                "is off, so allowed_signers_file and gpg_keyring_file would be ignored; set \
+                 verify = \"head\" or \"range\", or remove them"
+                    .to_owned(),
+            ));
+        }
+        return Ok(None);
+    };
+    if allowed_signers_file.is_none() && gpg_keyring_file.is_none() {
+        return Err(invalid(
+            "source.verify",
+            format!(
+                "\"{}\" needs the keys to trust: set allowed_signers_file (git's \
+                 gpg.ssh.allowedSignersFile format) or gpg_keyring_file (armored OpenPGP \
+                 public keys), or both",
+                mode.as_str()
+            ),
+        ));
+    }
+    Policy::load(mode, allowed_signers_file, gpg_keyring_file)
+        .map(Some)
+        .map_err(|errors| {
+            let ssh = allowed_signers_file.is_some_and(|f| errors.iter().any(|e| e.file == f));
+            let key = if ssh {
+                "source.allowed_signers_file"
+            } else {
+                "source.gpg_keyring_file"
+            };
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            invalid(key, text.join("; "))
+        })
 }
 
 /// What to do when an ssh source has no `known_hosts_file`, naming the forge's host.
@@ -1287,6 +1356,61 @@ write_breaker_cool_down = "90s"
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn source_verify_needs_a_key_file_and_names_the_bad_line_of_one() {
+        let config = |source: &str| {
+            format!(
+                "node = \"pve1\"\n[pve]\ntoken_id = \"root@pam!x\"\ninsecure = true\n\
+                 token_secret_file = \"t\"\n[source]\nurl = \"https://git.example.org/ops.git\"\n\
+                 {source}"
+            )
+        };
+        let load = |source: &str| {
+            let (dir, path) = write_config(&config(source));
+            std::fs::write(dir.path().join("t"), "x").unwrap();
+            std::fs::write(
+                dir.path().join("allowed_signers"),
+                "# ops\nops@example.org valid-before=2027 ssh-ed25519 AAAA\n",
+            )
+            .unwrap();
+            (AgentConfig::load(&path).map_err(|e| e.to_string()), dir)
+        };
+        let (off, _dir) = load("");
+        assert!(off.unwrap().source.unwrap().verify.is_none());
+
+        let (err, _dir) = load("verify = \"range\"\n");
+        let err = err.unwrap_err();
+        assert!(
+            err.contains(
+                "source.verify: \"range\" needs the keys to trust: set allowed_signers_file"
+            ),
+            "{err}"
+        );
+        let (err, _dir) = load("verify = \"all\"\n");
+        assert!(
+            err.unwrap_err()
+                .contains("source.verify: `all` is not one of")
+        );
+        let (err, _dir) = load("allowed_signers_file = \"allowed_signers\"\n");
+        assert!(err.unwrap_err().contains("source.verify: is off"));
+        let (err, dir) = load("verify = \"head\"\nallowed_signers_file = \"allowed_signers\"\n");
+        let err = err.unwrap_err();
+        let located = format!(
+            "source.allowed_signers_file: {}:2: time `2027` has no `Z`",
+            dir.path().join("allowed_signers").display()
+        );
+        assert!(err.contains(&located), "{err}");
+        let (err, dir) = load("verify = \"head\"\ngpg_keyring_file = \"keys.asc\"\n");
+        let err = err.unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "source.gpg_keyring_file: {}: cannot be read",
+                dir.path().join("keys.asc").display()
+            )),
+            "{err}"
+        );
     }
 
     #[test]

@@ -304,20 +304,27 @@ async fn reconcile(
     cancel: &CancellationToken,
 ) -> Ended {
     let commit = revision.commit.clone();
-    let (result, gated) = enforce(deps, pass, revision, cancel).await;
-    let error = match result {
-        Ok(done) => {
-            *lock(&deps.enforced) = Some(revision.clone());
-            let mut ended = ran(deps, commit.clone(), &done, gated, cancel);
-            ended.enforced = Some((commit, ended.outcome));
-            return ended;
+    // `[source] verify` first: an unverified HEAD is refused like an invalid one.
+    let unverified = unverified(deps, &commit).await;
+    let (text, diagnostics) = match unverified.clone() {
+        Some(refusal) => (refusal, Vec::new()),
+        None => {
+            let (result, gated) = enforce(deps, pass, revision, cancel).await;
+            let error = match result {
+                Ok(done) => {
+                    *lock(&deps.enforced) = Some(revision.clone());
+                    let mut ended = ran(deps, commit.clone(), &done, gated, cancel);
+                    ended.enforced = Some((commit, ended.outcome));
+                    return ended;
+                }
+                Err(error) => error,
+            };
+            let text = error_text(&error);
+            match error {
+                ReconcileError::Invalid(diagnostics) => (text, diagnostics),
+                _ => (text, Vec::new()),
+            }
         }
-        Err(error) => error,
-    };
-    let text = error_text(&error);
-    let diagnostics = match error {
-        ReconcileError::Invalid(diagnostics) => diagnostics,
-        _ => Vec::new(),
     };
     let in_force = match last_valid(deps, &commit).await {
         Some(valid) => {
@@ -374,7 +381,11 @@ async fn reconcile(
     ));
     // The pass is what it was: HEAD refused. Its actions and findings are the enforced
     // revision's; a failure of those is the note, else the refusal.
-    ended.outcome = PassOutcome::Invalid;
+    ended.outcome = if unverified.is_some() {
+        PassOutcome::Unverified
+    } else {
+        PassOutcome::Invalid
+    };
     ended.commit = Some(commit);
     ended.note = Some(match (ended.note.take(), &ended.enforced) {
         (Some(note), Some((valid, _))) => format!("{text}; enforcing {}: {note}", short(valid)),
@@ -383,6 +394,38 @@ async fn reconcile(
     ended.abort_reason = ended.abort_reason.take().or(Some(text));
     ended.diagnostics = diagnostics;
     ended
+}
+
+/// `[source] verify` of `head` (`range`: since the revision in force, the enforced one in
+/// memory or recorded); `None` when it passes or is off, else the refusal's text
+/// (`unverified: <commit>: <why>`).
+async fn unverified(deps: &PassDeps, head: &str) -> Option<String> {
+    if !deps.source.verifies() {
+        return None;
+    }
+    let base = match lock(&deps.enforced).as_ref() {
+        Some(enforced) => Some(enforced.commit.clone()),
+        None => with_store(&deps.store, |s| {
+            log_store_error(s.last_enforced(&deps.node_label))
+        })
+        .flatten()
+        .and_then(|p| p.enforced_commit().map(str::to_owned)),
+    };
+    let source = deps.source.clone();
+    let head = head.to_owned();
+    let checked = tokio::task::spawn_blocking(move || source.verify(&head, base.as_deref())).await;
+    let text = match checked {
+        Ok(Ok(verified)) => {
+            if let Some(verified) = verified {
+                tracing::debug!(commits = verified.commits.len(), "signatures verified");
+            }
+            return None;
+        }
+        Ok(Err(refusal)) => refusal.to_string(),
+        Err(join) => format!("unverified: the verification task failed: {join}"),
+    };
+    tracing::warn!(reason = %text, "revision not applied: [source] verify refused it");
+    Some(text)
 }
 
 /// Runs the one pipeline on `revision`: validate, observe and plan, gate and execute, with

@@ -302,6 +302,13 @@ fn final_status(store: &SharedStore, facts: &PassFacts<'_>) -> Option<(State, St
             ))
         }
         PassOutcome::Interrupted => None,
+        // `[source] verify` refused it: the note is `unverified: <commit>: <why>`.
+        PassOutcome::Unverified => Some((
+            State::Error,
+            facts
+                .note
+                .map_or_else(|| "unverified".to_owned(), str::to_owned),
+        )),
     }
 }
 
@@ -503,6 +510,25 @@ impl Sender {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unverified_pass_is_an_error_status_naming_the_commit_and_why() {
+        let store: SharedStore = std::sync::Arc::new(std::sync::Mutex::new(
+            proxops_store::Store::memory().unwrap(),
+        ));
+        let note = "unverified: 0123456789ab: no signature";
+        let facts = PassFacts {
+            pass: PassId(1),
+            commit: Some("0123456789abcdef0123456789abcdef01234567"),
+            outcome: PassOutcome::Unverified,
+            counts: PassCounts::default(),
+            first_diagnostic: None,
+            note: Some(note),
+        };
+        let (state, description) = final_status(&store, &facts).unwrap();
+        assert_eq!(state, State::Error);
+        assert_eq!(description, note);
+    }
 
     #[test]
     fn a_long_description_is_cut_to_140_characters_with_an_ellipsis() {

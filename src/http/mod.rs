@@ -486,7 +486,10 @@ fn head_invalid(
     last_applied: Option<&PassSummary>,
     enforced: Option<&PassSummary>,
 ) -> Option<InvalidHead> {
-    if pass.outcome != Some(PassOutcome::Invalid) {
+    if !matches!(
+        pass.outcome,
+        Some(PassOutcome::Invalid | PassOutcome::Unverified)
+    ) {
         return None;
     }
     let commit = pass.commit.as_deref()?;
@@ -575,7 +578,12 @@ pub fn revision_from_store(
     let fetched = passes
         .iter()
         .find(|p| p.commit.as_deref() == Some(commit.as_str()));
-    let invalid = fetched.filter(|p| p.outcome == Some(PassOutcome::Invalid));
+    let invalid = fetched.filter(|p| {
+        matches!(
+            p.outcome,
+            Some(PassOutcome::Invalid | PassOutcome::Unverified)
+        )
+    });
     Ok(RevisionLookup::Found(Box::new(RevisionJson {
         valid: invalid.is_none(),
         diagnostics: invalid

@@ -286,7 +286,9 @@ pub fn derive(
             next.failure = Some(signature);
             next.invalid_commit = None;
         }
-        "invalid" => {
+        // An unverified revision (`[source] verify`) is refused like an invalid one; its
+        // error says `unverified: <commit>: <why>`.
+        "invalid" | "unverified" => {
             if memory.invalid_commit != facts.commit || memory.invalid_commit.is_none() {
                 let mut e = event(EventKind::Invalid);
                 e.diagnostics.clone_from(&facts.diagnostics);
@@ -602,6 +604,19 @@ mod tests {
     fn an_invalid_commit_is_announced_once_and_a_new_invalid_commit_again() {
         let mut a = facts(1, "invalid", vec![]);
         a.diagnostics = vec!["vm/a.yaml:3:1: error: spec.memory: not a size".into()];
+        let mut b = a.clone();
+        b.commit = Some("c2".into());
+        let got = run(&[(0, a.clone()), (60, a), (120, b)], WINDOW);
+        assert_eq!(
+            got,
+            [vec![EventKind::Invalid], vec![], vec![EventKind::Invalid]]
+        );
+    }
+
+    #[test]
+    fn an_unverified_commit_is_announced_once_like_an_invalid_one() {
+        let mut a = facts(1, "unverified", vec![]);
+        a.error = Some("unverified: c1: no signature".into());
         let mut b = a.clone();
         b.commit = Some("c2".into());
         let got = run(&[(0, a.clone()), (60, a), (120, b)], WINDOW);

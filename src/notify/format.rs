@@ -168,14 +168,27 @@ pub fn render(event: &Event) -> Rendered {
             {
                 lines.push(redact(error));
             }
-            lines.push(
-                "the last applied revision stays in force; fix the files and push".to_owned(),
-            );
+            let unverified = n == 0
+                && event
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("unverified: "));
+            lines.push(if unverified {
+                "the last applied revision stays in force; sign the commits with an allowed key \
+                 and push"
+                    .to_owned()
+            } else {
+                "the last applied revision stays in force; fix the files and push".to_owned()
+            });
             (
-                format!(
-                    "{node}: revision {commit} is invalid ({})",
-                    plural(n, "error", "errors")
-                ),
+                if unverified {
+                    format!("{node}: revision {commit} is unverified")
+                } else {
+                    format!(
+                        "{node}: revision {commit} is invalid ({})",
+                        plural(n, "error", "errors")
+                    )
+                },
                 lines,
                 4,
                 vec!["warning"],
@@ -593,6 +606,24 @@ mod tests {
             assert!(!text.contains("hunter2"), "{text}");
         }
         assert!(!email(&event).1.contains("hunter2"));
+    }
+
+    #[test]
+    fn an_unverified_revision_is_said_as_such_with_the_commit_and_why() {
+        let mut event = drift_event();
+        event.kind = EventKind::Invalid;
+        event.outcome = "unverified".into();
+        event.findings.clear();
+        event.error = Some("unverified: 0123456789ab: no signature".into());
+        let r = render(&event);
+        assert_eq!(r.title, "pve1: revision 0123456789ab is unverified");
+        assert_eq!(r.lines[0], "unverified: 0123456789ab: no signature");
+        assert!(
+            r.lines[1].contains("sign the commits with an allowed key"),
+            "{:?}",
+            r.lines
+        );
+        assert_eq!(webhook(&event)["pass"]["outcome"], "unverified");
     }
 
     #[test]

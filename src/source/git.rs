@@ -268,6 +268,8 @@ pub struct GitSource {
     #[cfg(test)]
     accept_invalid_certs: bool,
     last_good: Mutex<Option<Revision>>,
+    /// `[source] verify` (`None`: off).
+    verify: Option<super::verify::Policy>,
 }
 
 impl std::fmt::Debug for GitSource {
@@ -343,6 +345,7 @@ impl GitSource {
             #[cfg(test)]
             accept_invalid_certs: false,
             last_good: Mutex::new(None),
+            verify: config.verify.clone(),
         })
     }
 
@@ -408,6 +411,41 @@ impl GitSource {
             previous: None,
             force_pushed: false,
         }))
+    }
+
+    /// Whether `[source] verify` is on.
+    pub fn verifies(&self) -> bool {
+        self.verify.is_some()
+    }
+
+    /// `[source] verify` for `head`, fetched before: `Ok(None)` when verification is off,
+    /// else the commits verified (`range`: those reachable from `head` and not from `base`,
+    /// the revision in force; [`super::verify::check`]). Blocks; touches no network.
+    ///
+    /// # Errors
+    /// The first commit that is not verified, and why (a mirror that cannot be read refuses
+    /// too: nothing unverified is applied).
+    pub fn verify(
+        &self,
+        head: &str,
+        base: Option<&str>,
+    ) -> Result<Option<super::verify::Verified>, super::verify::Refusal> {
+        use super::verify::{Refusal, Why};
+        let Some(policy) = &self.verify else {
+            return Ok(None);
+        };
+        let _one_at_a_time = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+        let refuse = |why| Refusal {
+            commit: head.to_owned(),
+            why,
+        };
+        let id = ObjectId::from_hex(head.as_bytes())
+            .map_err(|e| refuse(Why::Unreadable(e.to_string())))?;
+        let base = base.and_then(|b| ObjectId::from_hex(b.as_bytes()).ok());
+        let repo = self
+            .open_mirror()
+            .map_err(|e| refuse(Why::Unreadable(crate::error_chain::error_text(&e))))?;
+        super::verify::check(&repo, policy, id, base).map(Some)
     }
 
     /// The revision the mirror's tracking ref points to, read from its tree.
@@ -753,6 +791,7 @@ mod tests {
             token: None,
             ssh_key_file: None,
             known_hosts_file: None,
+            verify: None,
         }
     }
 

@@ -8,3 +8,4 @@ pub mod git;
 pub mod pull;
 #[cfg(test)]
 pub(crate) mod test_repo;
+pub mod verify;

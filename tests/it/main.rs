@@ -45,3 +45,4 @@ mod stats_lag;
 mod support;
 mod tls;
 mod ui;
+mod verify;

@@ -23,6 +23,7 @@ pub const MIGRATIONS: &[&str] = &[
     V4_RISK_AND_FREEZE,
     V_SNAPSHOTS,
     V_APPROVALS,
+    V_UNVERIFIED,
 ];
 
 /// Version 1: passes, actions, drift findings, inventory.
@@ -167,9 +168,18 @@ CREATE TABLE snapshots (
 ) STRICT;
 CREATE INDEX snapshots_by_resource ON snapshots (resource_kind, resource_name, id);
 ";
+
 /// Issue 19 (approvals): the actions a pass held for an operator's approval, with their
 /// digest, and what became of them: see `approvals.rs`.
 pub(crate) const V_APPROVALS: &str = crate::approvals::SCHEMA;
+
+/// Issue 18 (signed commits): a pass refused by `[source] verify` is outcome `unverified`.
+/// The version 1 CHECK on `outcome` cannot be widened in place (SQLite has no ALTER for a
+/// CHECK, and rebuilding `passes` with foreign keys on would cascade-delete its actions), so
+/// the outcome is stored as `invalid` with this flag set; readers map the pair back.
+const V_UNVERIFIED: &str = r"
+ALTER TABLE passes ADD COLUMN unverified INTEGER NOT NULL DEFAULT 0 CHECK (unverified IN (0, 1));
+";
 
 /// The schema version this binary writes.
 pub fn latest() -> u32 {
@@ -401,6 +411,106 @@ mod tests {
             (actions[1].id, actions[1].risk),
             (new, Some(proxops_core::plan::risk::Risk::Safe))
         );
+    }
+
+    #[test]
+    fn the_unverified_flag_is_added_keeping_passes_actions_and_drift_and_reads_back() {
+        use crate::actions::tests::{at, download};
+        use crate::views::PassFilter;
+        use crate::{PassCounts, PassOutcome};
+        let (_dir, path) = db_path();
+        let before = MIGRATIONS
+            .iter()
+            .position(|script| *script == V_UNVERIFIED)
+            .unwrap();
+        let (invalid, action) = {
+            let mut store = Store::open_with(&path, &MIGRATIONS[..before]).unwrap();
+            let applied = store
+                .begin_pass("pve1", Some("aaa"), crate::Trigger::Poll, at(0))
+                .unwrap();
+            let iso = download("debian", "pve1", "https://example.org/debian.iso");
+            let action = store.record_action_started(applied, &iso, at(1)).unwrap();
+            store
+                .finish_pass(applied, PassOutcome::Applied, PassCounts::default(), at(2))
+                .unwrap();
+            let invalid = store
+                .begin_pass("pve1", Some("bbb"), crate::Trigger::Poll, at(3))
+                .unwrap();
+            store
+                .finish_pass(invalid, PassOutcome::Invalid, PassCounts::default(), at(4))
+                .unwrap();
+            store
+                .conn
+                .execute(
+                    "INSERT INTO drift_findings (node, resource_kind, resource_name, kind, \
+                     field, desired, observed, message, first_seen_at, last_seen_at, \
+                     first_seen_pass, last_seen_pass) VALUES ('pve1', 'VM', 'web', 'drift', \
+                     'memory', '512', '2048', 'm', 0, 0, ?1, ?1)",
+                    [applied.0],
+                )
+                .unwrap();
+            (invalid, action)
+        };
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), latest());
+        assert_eq!(
+            store.pass(invalid).unwrap().unwrap().outcome,
+            Some(PassOutcome::Invalid)
+        );
+        assert_eq!(store.actions_of(crate::PassId(1)).unwrap()[0].id, action);
+        let drift: i64 = store
+            .conn
+            .query_row(
+                "SELECT count(*) FROM drift_findings WHERE first_seen_pass = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(drift, 1);
+
+        let unverified = store
+            .begin_pass("pve1", Some("ccc"), crate::Trigger::Webhook, at(5))
+            .unwrap();
+        store
+            .note_enforced(unverified, "aaa", Some(PassOutcome::NoChange))
+            .unwrap();
+        store
+            .finish_pass(
+                unverified,
+                PassOutcome::Unverified,
+                PassCounts::default(),
+                at(6),
+            )
+            .unwrap();
+        let read = store.pass(unverified).unwrap().unwrap();
+        assert_eq!(read.outcome, Some(PassOutcome::Unverified));
+        assert_eq!(read.enforced_commit(), Some("aaa"));
+        assert_eq!(
+            store
+                .last_applied("pve1")
+                .unwrap()
+                .unwrap()
+                .commit
+                .as_deref(),
+            Some("aaa")
+        );
+        let only = |outcome| {
+            store
+                .passes_matching(
+                    &PassFilter {
+                        node: None,
+                        outcome: Some(outcome),
+                        since: None,
+                    },
+                    10,
+                )
+                .unwrap()
+                .into_iter()
+                .map(|p| p.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(only(PassOutcome::Unverified), [unverified]);
+        assert_eq!(only(PassOutcome::Invalid), [invalid]);
     }
 
     #[test]

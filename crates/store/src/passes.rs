@@ -88,6 +88,11 @@ pub enum PassOutcome {
     Invalid,
     /// The agent stopped (SIGTERM, crash) before the pass ended.
     Interrupted,
+    /// `[source] verify` refused the revision: a commit without a good signature by an
+    /// allowed key (the pass's error note names it and why); nothing of it was applied.
+    /// Stored as `invalid` with the `unverified` flag (schema `V_UNVERIFIED`): SQLite cannot
+    /// widen the `outcome` CHECK without rebuilding the table.
+    Unverified,
 }
 
 impl PassOutcome {
@@ -99,6 +104,7 @@ impl PassOutcome {
             PassOutcome::Failed => "failed",
             PassOutcome::Invalid => "invalid",
             PassOutcome::Interrupted => "interrupted",
+            PassOutcome::Unverified => "unverified",
         }
     }
 
@@ -118,6 +124,7 @@ impl FromStr for PassOutcome {
             "failed" => PassOutcome::Failed,
             "invalid" => PassOutcome::Invalid,
             "interrupted" => PassOutcome::Interrupted,
+            "unverified" => PassOutcome::Unverified,
             _ => return Err(s.to_owned()),
         })
     }
@@ -205,10 +212,19 @@ impl PassSummary {
     }
 }
 
+/// The word `passes.outcome` holds: `unverified` is stored as `invalid` with the
+/// `unverified` flag set (the CHECK of version 1 does not know the word).
+pub(crate) fn stored_outcome(outcome: PassOutcome) -> &'static str {
+    match outcome {
+        PassOutcome::Unverified => PassOutcome::Invalid.as_str(),
+        other => other.as_str(),
+    }
+}
+
 pub(crate) const PASS_COLUMNS: &str = "id, node, revision, trigger_kind, started_at, ended_at, outcome, \
      actions_ok, actions_failed, actions_skipped, findings, previous_revision, force_pushed, \
      desired_stale, source_error, error, write_breaker, enforced_revision, enforced_outcome, \
-     diagnostics";
+     diagnostics, unverified";
 
 /// A pass row as read, before its names are parsed.
 struct RawPass {
@@ -219,6 +235,7 @@ struct RawPass {
     enforced_revision: Option<String>,
     enforced_outcome: Option<String>,
     diagnostics: Option<String>,
+    unverified: bool,
 }
 
 fn raw_pass(row: &Row<'_>) -> rusqlite::Result<RawPass> {
@@ -249,6 +266,7 @@ fn raw_pass(row: &Row<'_>) -> rusqlite::Result<RawPass> {
         enforced_revision: row.get(17)?,
         enforced_outcome: row.get(18)?,
         diagnostics: row.get(19)?,
+        unverified: row.get(20)?,
     })
 }
 
@@ -286,15 +304,15 @@ impl Store {
         ended_at: SystemTime,
     ) -> Result<()> {
         let operation = "recording the end of a pass";
-        let changed = self
-            .conn
-            .execute(
+        let query_error = self.query_error(operation);
+        let finish = |conn: &rusqlite::Connection| {
+            conn.execute(
                 "UPDATE passes SET outcome = ?2, ended_at = ?3, actions_ok = ?4, \
                  actions_failed = ?5, actions_skipped = ?6, findings = ?7 \
                  WHERE id = ?1 AND outcome IS NULL",
                 params![
                     id.0,
-                    outcome.as_str(),
+                    stored_outcome(outcome),
                     to_millis(ended_at),
                     counts.actions_ok,
                     counts.actions_failed,
@@ -302,7 +320,21 @@ impl Store {
                     counts.findings
                 ],
             )
-            .map_err(self.query_error(operation))?;
+        };
+        // Only an unverified pass names the flag (with the outcome, in one transaction), so
+        // older schemas (tests) still record the others.
+        let changed = if outcome == PassOutcome::Unverified {
+            let tx = self.conn.transaction().map_err(&query_error)?;
+            let changed = finish(&tx).map_err(&query_error)?;
+            if changed == 1 {
+                tx.execute("UPDATE passes SET unverified = 1 WHERE id = ?1", [id.0])
+                    .map_err(&query_error)?;
+            }
+            tx.commit().map_err(&query_error)?;
+            changed
+        } else {
+            finish(&self.conn).map_err(&query_error)?
+        };
         if changed == 1 {
             return Ok(());
         }
@@ -348,7 +380,7 @@ impl Store {
             .conn
             .execute(
                 "UPDATE passes SET enforced_revision = ?2, enforced_outcome = ?3 WHERE id = ?1",
-                params![id.0, commit, outcome.map(PassOutcome::as_str)],
+                params![id.0, commit, outcome.map(stored_outcome)],
             )
             .map_err(self.query_error(operation))?;
         if changed == 0 {
@@ -611,6 +643,9 @@ impl Store {
                             .map_err(|value: String| self.corrupt(operation, value))
                     })
                     .transpose()?;
+                if raw.unverified && summary.outcome == Some(PassOutcome::Invalid) {
+                    summary.outcome = Some(PassOutcome::Unverified);
+                }
                 summary.notes.write_breaker = raw
                     .write_breaker
                     .map(|b| {

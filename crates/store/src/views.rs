@@ -29,7 +29,7 @@ impl Store {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let sql = format!(
             "SELECT {PASS_COLUMNS} FROM passes \
-             WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR outcome = ?2) \
+             WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR (outcome = ?2 AND unverified = ?5)) \
              AND (?3 IS NULL OR started_at >= ?3) ORDER BY id DESC LIMIT ?4"
         );
         self.query_passes(
@@ -37,9 +37,10 @@ impl Store {
             &sql,
             params![
                 filter.node.as_deref(),
-                filter.outcome.map(PassOutcome::as_str),
+                filter.outcome.map(super::passes::stored_outcome),
                 filter.since.map(to_millis),
-                limit
+                limit,
+                filter.outcome == Some(PassOutcome::Unverified)
             ],
         )
     }

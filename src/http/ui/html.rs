@@ -131,7 +131,7 @@ pub fn badge(word: &str) -> String {
 pub fn class_of(word: &str) -> &'static str {
     match word {
         "applied" | "no-change" | "converged" | "succeeded" | "corrected" | "closed" | "ok" => "ok",
-        "failed" | "invalid" | "open" | "destructive" | "frozen" => "bad",
+        "failed" | "invalid" | "unverified" | "open" | "destructive" | "frozen" => "bad",
         "drift" | "anomalous" | "skipped" | "interrupted" | "half-open" | "running" | "risky"
         | "held" | "stale" | "missing" | "unreadable" => "warn",
         _ => "neutral",

@@ -385,7 +385,8 @@ pub(crate) mod testing {
             source_error: None,
             error: None,
             write_breaker: None,
-            enforced_commit: Some(commit.to_owned()).filter(|_| outcome != "invalid"),
+            enforced_commit: Some(commit.to_owned())
+                .filter(|_| !matches!(outcome, "invalid" | "unverified")),
             enforced_outcome: None,
             diagnostics: Vec::new(),
         }

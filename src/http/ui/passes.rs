@@ -11,7 +11,14 @@ use super::html::{self, Nav, badge, commit, escape, pass_link, time};
 use crate::http::PassJson;
 
 /// The outcomes the filter offers.
-const OUTCOMES: [&str; 5] = ["applied", "no-change", "failed", "invalid", "interrupted"];
+const OUTCOMES: [&str; 6] = [
+    "applied",
+    "no-change",
+    "failed",
+    "invalid",
+    "unverified",
+    "interrupted",
+];
 
 /// The timeline's query parameters, as the form sends them (empty means unset).
 #[derive(Debug, Clone, Default, serde::Deserialize)]

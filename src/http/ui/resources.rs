@@ -108,7 +108,7 @@ mod tests {
             abort_reason: None,
             writes_held_back: None,
             enforced_commit: Some("aaaaaaaa".to_owned()),
-            head_invalid: (outcome == "invalid").then(|| {
+            head_invalid: matches!(outcome, "invalid" | "unverified").then(|| {
                 crate::agent::status::InvalidHead::new(
                     "bbbbbbbb",
                     "invalid",

@@ -5,6 +5,7 @@ pub(crate) mod agent;
 pub(crate) mod forge;
 pub(crate) mod notify;
 pub(crate) mod pmxcfs;
+pub(crate) mod signing;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
