@@ -151,6 +151,7 @@ mod tests {
             token: None,
             ssh_key_file: None,
             known_hosts_file: None,
+            verify: None,
         };
         GitSource::open(&config, &preview_state_dir(state)).unwrap()
     }
