@@ -59,6 +59,10 @@ EXTRA_ENDPOINTS = [
     ("/cluster/options", "GET"),
     # The agent reads a storage's `path` to write cloud-init snippets (issue 21).
     ("/storage/{storage}", "GET"),
+    # Backup before a prune delete (issue 19, item 3).
+    ("/nodes/{node}/vzdump", "POST"),
+    # A node in PVE's HA maintenance gets no writes (issue 19, item 6).
+    ("/cluster/ha/status/current", "GET"),
 ]
 
 
