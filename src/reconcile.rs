@@ -73,6 +73,7 @@ impl Context {
                     NodeScope::All => None,
                 },
                 scope: config.scope.clone(),
+                backup: config.policy.backup.clone(),
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,

@@ -919,6 +919,7 @@ fn recording_progress(deps: &PassDeps, pass: PassId, cancel: CancellationToken) 
                     with_store(&store, |s| {
                         log_store_error(s.record_action_result(id, &outcome, now))
                     });
+                    crate::execute::record_backup(&store, id, result);
                 }
             }
         }

@@ -12,11 +12,13 @@
 //! write circuit breaker holds the later levels back when it opened during the pass.
 //! A failed action carries its [`FailureClass`], set where the failure is known.
 
+mod backup;
 mod download;
 mod failure;
 mod guest;
 mod snippets;
 
+pub use backup::{Backup, BackupPolicy, record_backup};
 pub use failure::FailureClass;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,6 +50,8 @@ pub struct Options {
     /// `[scope]`: an action outside it is refused, never sent (defence in depth: the
     /// pipeline keeps such actions out of plans).
     pub scope: proxops_core::scope::Scope,
+    /// `[policy] backup_before_delete`: back a guest up before deleting it (`None`: off).
+    pub backup: Option<BackupPolicy>,
 }
 
 /// Progress of an apply, for people watching it.
@@ -160,6 +164,9 @@ pub struct ActionResult {
     pub action: Action,
     /// How it ended.
     pub outcome: Outcome,
+    /// The backup taken before it (a delete under `[policy] backup_before_delete`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<Backup>,
 }
 
 /// How an action ended.
@@ -303,12 +310,20 @@ pub async fn apply(
                     progress(&Event::Started {
                         action: action.clone(),
                     });
+                    let mut taken = None;
                     let outcome = if let Some(error) = options.scope.refusal(&action) {
                         Outcome::Failed {
                             class: FailureClass::Refused,
                             upid: None,
                             error,
                         }
+                    } else if let (Verb::Delete(g), Some(policy)) = (&action.verb, &options.backup)
+                        && let Err(failed) =
+                            backup::before_delete(&pve, &action, *g, policy, &options, &cancel)
+                                .await
+                                .map(|b| taken = Some(b))
+                    {
+                        failed
                     } else {
                         match &action.verb {
                             Verb::Download(d) => {
@@ -337,7 +352,11 @@ pub async fn apply(
                     if !matches!(outcome, Outcome::Succeeded { .. }) {
                         failed = Some(action.verb.name().to_owned());
                     }
-                    let result = ActionResult { action, outcome };
+                    let result = ActionResult {
+                        action,
+                        outcome,
+                        backup: taken,
+                    };
                     progress(&Event::Finished {
                         result: result.clone(),
                     });
@@ -402,6 +421,7 @@ pub fn skip_all(actions: &[Action], reason: &str, progress: &Progress) -> Vec<Ac
 fn skipped(action: &Action, reason: String, progress: &Progress) -> ActionResult {
     let result = ActionResult {
         action: action.clone(),
+        backup: None,
         outcome: Outcome::Skipped { reason },
     };
     progress(&Event::Finished {

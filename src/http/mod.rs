@@ -201,6 +201,9 @@ pub struct ActionJson {
     /// `safe`, `risky` or `destructive`; `None` for actions recorded before risk levels.
     #[serde(default)]
     pub risk: Option<String>,
+    /// The volume id of the backup taken before it (`[policy] backup_before_delete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
 }
 
 impl From<&ActionRecord> for ActionJson {
@@ -230,6 +233,7 @@ impl From<&ActionRecord> for ActionJson {
             exitstatus,
             error,
             risk: a.risk.map(|r| r.name().to_owned()),
+            backup: a.backup_volid.clone(),
         }
     }
 }
