@@ -19,6 +19,7 @@
 
 pub mod breaker;
 pub mod gate;
+pub mod ha;
 pub mod lock;
 pub mod notify;
 pub mod pass;

@@ -396,11 +396,18 @@ async fn enforce(
     let mut options = deps.plan_options.clone();
     options.created =
         with_store(&deps.store, |s| log_store_error(s.creations(None))).unwrap_or_default();
+    // PVE's HA maintenance (issue 19, item 6): read before the pass, so the hooks hold the
+    // writes to a node in maintenance.
+    let ha = crate::agent::ha::observe(&deps.context.pve).await;
+    deps.live.set_ha_held(crate::agent::ha::HaStatus::held(
+        &ha.held_nodes(&deps.context.scope),
+    ));
     let mut hooks = AgentHooks {
         deps,
         pass,
         commit: &revision.commit,
         gated: None,
+        ha,
     };
     let progress = recording_progress(deps, pass, cancel.clone());
     let result = reconcile::reconcile_once(
@@ -615,12 +622,22 @@ struct AgentHooks<'a> {
     pass: PassId,
     commit: &'a str,
     gated: Option<GateSummary>,
+    /// PVE's HA status, read at the start of the pass.
+    ha: crate::agent::ha::HaStatus,
 }
 
 impl Hooks for AgentHooks<'_> {
     fn planned(&mut self, desired: &DesiredState, plan: &Plan) {
         if plan.aborted.is_none() {
-            record_findings(self.deps, self.pass, desired, plan, self.commit);
+            let ha = crate::agent::ha::findings(plan, &self.ha, &self.deps.context.scope);
+            let plan = if ha.is_empty() {
+                std::borrow::Cow::Borrowed(plan)
+            } else {
+                let mut with = plan.clone();
+                with.findings.extend(ha);
+                std::borrow::Cow::Owned(with)
+            };
+            record_findings(self.deps, self.pass, desired, &plan, self.commit);
         }
     }
 
@@ -645,6 +662,74 @@ impl Hooks for AgentHooks<'_> {
                 reason,
             };
         }
+        // Nodes in PVE's HA maintenance: their actions are held, the others' go on.
+        let ha_nodes = self.ha.held_nodes(&self.deps.context.scope);
+        if let Some((rest, held)) = crate::agent::ha::split(plan, &ha_nodes) {
+            let reason = crate::agent::ha::HaStatus::held(&ha_nodes)
+                .map(|h| h.sentence())
+                .unwrap_or_default();
+            tracing::info!(%reason, "writes held");
+            if rest.actions().next().is_none() {
+                self.gated = Some(GateSummary {
+                    probed: false,
+                    held: held.len(),
+                    reason: Some(reason.clone()),
+                });
+                return Approval::Part {
+                    run: rest,
+                    held,
+                    reason,
+                };
+            }
+            let mut all_held = held;
+            let approval = self.approve_writes(&rest);
+            if let Some(gated) = &mut self.gated {
+                gated.held += all_held.len();
+                gated.reason = Some(match gated.reason.take() {
+                    Some(why) => format!("{reason}; {why}"),
+                    None => reason.clone(),
+                });
+            }
+            match approval {
+                Approval::All => Approval::Part {
+                    run: rest,
+                    held: all_held,
+                    reason,
+                },
+                Approval::Part {
+                    run,
+                    held: more,
+                    reason: why,
+                } => {
+                    all_held.extend(more);
+                    Approval::Part {
+                        run,
+                        held: all_held,
+                        reason: format!("{reason}; {why}"),
+                    }
+                }
+                Approval::Declined(why) => Approval::Declined(why),
+            }
+        } else {
+            self.approve_writes(plan)
+        }
+    }
+
+    fn before_level(&mut self, index: usize) -> LevelGate {
+        // A freeze set, or a window closed, while the pass runs holds the later levels.
+        if index > 0
+            && let Err(held) = self.writes_held()
+        {
+            return LevelGate::HoldBack(held.sentence());
+        }
+        gate::between_levels(&self.deps.breaker, index)
+    }
+}
+
+impl AgentHooks<'_> {
+    /// The breaker's answer for `plan` (its writes are not held by a freeze, a window or
+    /// PVE's HA maintenance).
+    fn approve_writes(&mut self, plan: &Plan) -> Approval {
         let permit = gate::permit(&self.deps.breaker);
         with_store(&self.deps.store, |s| {
             log_store_error(s.note_write_breaker(self.pass, permit.mark))
@@ -670,18 +755,6 @@ impl Hooks for AgentHooks<'_> {
         }
     }
 
-    fn before_level(&mut self, index: usize) -> LevelGate {
-        // A freeze set, or a window closed, while the pass runs holds the later levels.
-        if index > 0
-            && let Err(held) = self.writes_held()
-        {
-            return LevelGate::HoldBack(held.sentence());
-        }
-        gate::between_levels(&self.deps.breaker, index)
-    }
-}
-
-impl AgentHooks<'_> {
     /// Whether the freeze recorded in the store and `[[policy.window]]` allow a write now.
     /// An unreadable freeze holds writes (fail closed: the operator may have frozen).
     fn writes_held(&self) -> Result<(), window::Held> {

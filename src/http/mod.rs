@@ -685,11 +685,11 @@ async fn go_status(State(state): State<HttpState>) -> Json<serde_json::Value> {
     // Whether writes are allowed now (freeze and windows): read per request, so a freeze
     // the CLI just wrote shows before the next pass.
     let windows = state.live.windows();
+    let ha_held = state.live.ha_held();
     let writes = read_store(&state.store, move |s| {
-        Ok(crate::agent::window::writes_view(
-            chrono::Utc::now(),
-            &windows,
-            s.freeze()?.as_ref(),
+        Ok(crate::agent::window::with_hold(
+            crate::agent::window::writes_view(chrono::Utc::now(), &windows, s.freeze()?.as_ref()),
+            ha_held.as_ref(),
         ))
     })
     .await
@@ -711,6 +711,8 @@ async fn api_status(State(state): State<HttpState>) -> Response {
     .await
     {
         Ok(mut status) => {
+            status.writes =
+                crate::agent::window::with_hold(status.writes, state.live.ha_held().as_ref());
             status.process_start = Some(rfc3339(state.live.process_start));
             status.desired_stale = state.live.desired_stale();
             status.last_error = state.live.last_error();

@@ -349,6 +349,12 @@ pub enum FindingKind {
     /// A create or clone beyond `[scope] max_creates` this pass (or an action waiting for
     /// one): a later pass does it.
     Deferred,
+    /// The node is in PVE's HA maintenance mode: no write is sent to it until it leaves it
+    /// (issue 19, item 6).
+    HaMaintenance,
+    /// PVE's HA status could not be read (e.g. no `Sys.Audit` on `/`): a node in HA
+    /// maintenance would not be noticed; writes go on.
+    HaStatusUnknown,
 }
 
 impl FindingKind {
@@ -369,6 +375,8 @@ impl FindingKind {
             FindingKind::SnippetsStorage => "snippets-storage",
             FindingKind::OutOfScope => "out-of-scope",
             FindingKind::Deferred => "deferred",
+            FindingKind::HaMaintenance => "ha-maintenance",
+            FindingKind::HaStatusUnknown => "ha-status-unknown",
         }
     }
 }
