@@ -8,6 +8,7 @@
 mod adopt;
 mod agent;
 mod artifacts;
+mod backup_before_delete;
 mod check;
 mod cli_validate;
 mod demo;
@@ -19,6 +20,7 @@ mod freeze;
 mod git_server;
 mod guard_rails;
 mod guests;
+mod ha_maintenance;
 mod hostile;
 mod hotplug;
 mod invalid_head;
