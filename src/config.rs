@@ -1379,7 +1379,7 @@ write_breaker_cool_down = "90s"
     fn backup_before_delete_names_a_storage_and_defaults_to_snapshot_mode() {
         let load = |policy: &str| {
             let (_dir, path) = write_config(&format!(
-                "node = \"a\"\n[policy]\n{policy}\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\n"
+                "node = \"a\"\n[policy]\n{policy}\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\ninsecure = true\n"
             ));
             AgentConfig::load(&path).map_err(|e| e.to_string())
         };

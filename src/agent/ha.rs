@@ -13,6 +13,7 @@
 //! on, a finding says so): *assumed* the safer trade for clusters without HA, where holding
 //! every write on a flaky read would stop the agent.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use proxops_core::plan::{Action, Finding, FindingKind, NodeScope, Plan};
@@ -21,17 +22,15 @@ use proxops_pve::backup::{self, HaStatusEntry};
 
 use crate::agent::window::Held;
 use crate::error_chain::error_text;
+use crate::reconcile::Approval;
 
 /// What one pass learnt of PVE's HA status.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HaStatus {
     /// Read: these nodes are in maintenance (empty: none, or no HA).
     Read(BTreeSet<String>),
     /// Not read; writes go on and this is said in a finding.
     Unknown(String),
-    /// Not asked (nothing to write).
-    #[default]
-    NotAsked,
 }
 
 /// Reads `/cluster/ha/status/current`.
@@ -66,7 +65,7 @@ impl HaStatus {
                 })
                 .cloned()
                 .collect(),
-            HaStatus::Unknown(_) | HaStatus::NotAsked => BTreeSet::new(),
+            HaStatus::Unknown(_) => BTreeSet::new(),
         }
     }
 
@@ -94,9 +93,77 @@ impl HaStatus {
     }
 }
 
+/// The actions a pass holds for PVE's HA maintenance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hold {
+    /// The plan without them.
+    pub rest: Plan,
+    /// The actions on nodes in maintenance.
+    pub held: Vec<Action>,
+    /// Why, as the views say it (`writes held: node pve1 is in PVE's HA maintenance ...`).
+    pub reason: String,
+}
+
+impl Hold {
+    /// What `status` holds of `plan` for an agent of `scope`: `None` when no action is on a
+    /// node in maintenance.
+    pub fn of(plan: &Plan, status: &HaStatus, scope: &NodeScope) -> Option<Hold> {
+        let nodes = status.held_nodes(scope);
+        let (rest, held) = split(plan, &nodes)?;
+        let reason = HaStatus::held(&nodes)?.sentence();
+        Some(Hold { rest, held, reason })
+    }
+
+    /// Whether actions on other nodes remain.
+    pub fn has_others(&self) -> bool {
+        self.rest.actions().next().is_some()
+    }
+
+    /// The approval of the pass: `others` (what was approved of [`Hold::rest`], `None`
+    /// when it has no action) with the held actions added.
+    pub fn merge(self, others: Option<Approval>) -> Approval {
+        let Hold {
+            rest,
+            mut held,
+            reason,
+        } = self;
+        match others {
+            None | Some(Approval::All) => Approval::Part {
+                run: rest,
+                held,
+                reason,
+            },
+            Some(Approval::Part {
+                run,
+                held: more,
+                reason: why,
+            }) => {
+                held.extend(more);
+                Approval::Part {
+                    run,
+                    held,
+                    reason: format!("{reason}; {why}"),
+                }
+            }
+            Some(Approval::Declined(why)) => Approval::Declined(why),
+        }
+    }
+}
+
+/// `plan` with the findings the HA status adds ([`findings`]).
+pub fn with_findings<'p>(plan: &'p Plan, status: &HaStatus, scope: &NodeScope) -> Cow<'p, Plan> {
+    let found = findings(plan, status, scope);
+    if found.is_empty() {
+        return Cow::Borrowed(plan);
+    }
+    let mut with = plan.clone();
+    with.findings.extend(found);
+    Cow::Owned(with)
+}
+
 /// Splits `plan` into the actions on nodes in `held` and the rest: `None` when nothing is
 /// held, else (the plan without them, them).
-pub fn split(plan: &Plan, held: &BTreeSet<String>) -> Option<(Plan, Vec<Action>)> {
+fn split(plan: &Plan, held: &BTreeSet<String>) -> Option<(Plan, Vec<Action>)> {
     let on_held = |a: &Action| held.contains(&a.node);
     let kept: Vec<Action> = plan.actions().filter(|a| on_held(a)).cloned().collect();
     if kept.is_empty() {
@@ -225,6 +292,43 @@ mod tests {
         assert_eq!(run.levels, vec![vec![start("a", "pve1")]]);
         assert_eq!(held, [start("b", "pve2"), start("c", "pve2")]);
         assert!(split(&plan, &nodes(&["pve3"])).is_none());
+    }
+
+    #[test]
+    fn held_actions_join_what_the_breaker_held_of_the_other_nodes() {
+        let plan = Plan {
+            levels: vec![vec![
+                start("a", "pve1"),
+                start("b", "pve2"),
+                start("c", "pve3"),
+            ]],
+            ..Plan::default()
+        };
+        let status = HaStatus::Read(nodes(&["pve1"]));
+        let hold = Hold::of(&plan, &status, &NodeScope::All).unwrap();
+        assert!(hold.has_others());
+        assert!(
+            hold.reason
+                .starts_with("writes held: node pve1 is in PVE's HA maintenance")
+        );
+        let probe = Plan {
+            levels: vec![vec![start("b", "pve2")]],
+            ..Plan::default()
+        };
+        let Approval::Part { run, held, reason } = hold.merge(Some(Approval::Part {
+            run: probe.clone(),
+            held: vec![start("c", "pve3")],
+            reason: "write circuit breaker half-open".to_owned(),
+        })) else {
+            panic!("not a partial approval");
+        };
+        assert_eq!(run, probe);
+        assert_eq!(held, [start("a", "pve1"), start("c", "pve3")]);
+        assert!(
+            reason.ends_with("; write circuit breaker half-open"),
+            "{reason}"
+        );
+        assert!(Hold::of(&plan, &HaStatus::Read(BTreeSet::new()), &NodeScope::All).is_none());
     }
 
     #[test]

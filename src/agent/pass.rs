@@ -629,14 +629,7 @@ struct AgentHooks<'a> {
 impl Hooks for AgentHooks<'_> {
     fn planned(&mut self, desired: &DesiredState, plan: &Plan) {
         if plan.aborted.is_none() {
-            let ha = crate::agent::ha::findings(plan, &self.ha, &self.deps.context.scope);
-            let plan = if ha.is_empty() {
-                std::borrow::Cow::Borrowed(plan)
-            } else {
-                let mut with = plan.clone();
-                with.findings.extend(ha);
-                std::borrow::Cow::Owned(with)
-            };
+            let plan = crate::agent::ha::with_findings(plan, &self.ha, &self.deps.context.scope);
             record_findings(self.deps, self.pass, desired, &plan, self.commit);
         }
     }
@@ -663,73 +656,9 @@ impl Hooks for AgentHooks<'_> {
             };
         }
         // Nodes in PVE's HA maintenance: their actions are held, the others' go on.
-        let ha_nodes = self.ha.held_nodes(&self.deps.context.scope);
-        if let Some((rest, held)) = crate::agent::ha::split(plan, &ha_nodes) {
-            let reason = crate::agent::ha::HaStatus::held(&ha_nodes)
-                .map(|h| h.sentence())
-                .unwrap_or_default();
-            tracing::info!(%reason, "writes held");
-            if rest.actions().next().is_none() {
-                self.gated = Some(GateSummary {
-                    probed: false,
-                    held: held.len(),
-                    reason: Some(reason.clone()),
-                });
-                return Approval::Part {
-                    run: rest,
-                    held,
-                    reason,
-                };
-            }
-            let mut all_held = held;
-            let approval = self.approve_writes(&rest);
-            if let Some(gated) = &mut self.gated {
-                gated.held += all_held.len();
-                gated.reason = Some(match gated.reason.take() {
-                    Some(why) => format!("{reason}; {why}"),
-                    None => reason.clone(),
-                });
-            }
-            match approval {
-                Approval::All => Approval::Part {
-                    run: rest,
-                    held: all_held,
-                    reason,
-                },
-                Approval::Part {
-                    run,
-                    held: more,
-                    reason: why,
-                } => {
-                    all_held.extend(more);
-                    Approval::Part {
-                        run,
-                        held: all_held,
-                        reason: format!("{reason}; {why}"),
-                    }
-                }
-                Approval::Declined(why) => Approval::Declined(why),
-            }
-        } else {
-            self.approve_writes(plan)
+        if let Some(approval) = self.ha_hold(plan) {
+            return approval;
         }
-    }
-
-    fn before_level(&mut self, index: usize) -> LevelGate {
-        // A freeze set, or a window closed, while the pass runs holds the later levels.
-        if index > 0
-            && let Err(held) = self.writes_held()
-        {
-            return LevelGate::HoldBack(held.sentence());
-        }
-        gate::between_levels(&self.deps.breaker, index)
-    }
-}
-
-impl AgentHooks<'_> {
-    /// The breaker's answer for `plan` (its writes are not held by a freeze, a window or
-    /// PVE's HA maintenance).
-    fn approve_writes(&mut self, plan: &Plan) -> Approval {
         let permit = gate::permit(&self.deps.breaker);
         with_store(&self.deps.store, |s| {
             log_store_error(s.note_write_breaker(self.pass, permit.mark))
@@ -753,6 +682,39 @@ impl AgentHooks<'_> {
             held: gated.held,
             reason: gate::HELD_BACK.to_owned(),
         }
+    }
+
+    fn before_level(&mut self, index: usize) -> LevelGate {
+        // A freeze set, or a window closed, while the pass runs holds the later levels.
+        if index > 0
+            && let Err(held) = self.writes_held()
+        {
+            return LevelGate::HoldBack(held.sentence());
+        }
+        gate::between_levels(&self.deps.breaker, index)
+    }
+}
+
+impl AgentHooks<'_> {
+    /// PVE's HA maintenance: `None` when no action is on a node in maintenance; else the
+    /// approval of the other actions (asked of this hook again, so the breaker decides on
+    /// them) with the maintenance nodes' actions held.
+    fn ha_hold(&mut self, plan: &Plan) -> Option<Approval> {
+        let hold = crate::agent::ha::Hold::of(plan, &self.ha, &self.deps.context.scope)?;
+        tracing::info!(reason = %hold.reason, "writes held");
+        let others = hold.has_others().then(|| Hooks::approve(self, &hold.rest));
+        let held = hold.held.len();
+        let summary = self.gated.get_or_insert(GateSummary {
+            probed: false,
+            held: 0,
+            reason: None,
+        });
+        summary.held += held;
+        summary.reason = Some(match summary.reason.take() {
+            Some(why) => format!("{}; {why}", hold.reason),
+            None => hold.reason.clone(),
+        });
+        Some(hold.merge(others))
     }
 
     /// Whether the freeze recorded in the store and `[[policy.window]]` allow a write now.

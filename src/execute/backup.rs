@@ -6,7 +6,8 @@
 //! The storage is checked on every delete, against what PVE reports for the node
 //! (`GET /nodes/{node}/storage`: it must be listed, enabled and have content `backup`), so a
 //! storage removed or reconfigured after the agent started fails the action with a message
-//! naming it, before anything is written. The volume id comes from the task log's `creating
+//! naming it, before vzdump or the delete is sent. The prune's shutdown runs before (its
+//! own action), so the backup is of the stopped guest. The volume id comes from the task log's `creating
 //! vzdump archive '<path>'` line ([`proxops_pve::backup::archive_volid`]); when the log has
 //! none (a Proxmox Backup Server target names its snapshot differently), from the
 //! storage's newest backup of the guest (`GET .../content?content=backup`, vmid, ctime at or
