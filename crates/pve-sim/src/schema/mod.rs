@@ -1026,6 +1026,8 @@ mod tests {
             ("GET", "/access/permissions"),
             ("POST", "/access/ticket"),
             ("GET", "/nodes/{node}/network"),
+            ("POST", "/nodes/{node}/vzdump"),
+            ("GET", "/cluster/ha/status/current"),
         ];
         let schema = Schema::vendored();
         let missing: Vec<_> = served
