@@ -370,7 +370,7 @@ mod tests {
             (pass, store.conn.last_insert_rowid())
         };
         let mut store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 4);
+        assert_eq!(store.schema_version().unwrap(), latest());
         assert_eq!(store.freeze().unwrap(), None);
         let iso = download("debian", "pve1", "https://example.org/debian.iso");
         let new = store.record_action_started(pass, &iso, at(1)).unwrap();
