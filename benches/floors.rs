@@ -113,6 +113,7 @@ fn context(sim: &RunningSim, read_concurrency: usize) -> Context {
             },
             cluster_lock_dir: None,
             snapshots: execute::SnapshotOptions::default(),
+            backup: None,
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

@@ -106,6 +106,7 @@ fn context(sim: &RunningSim, concurrency_per_node: usize) -> Context {
             },
             cluster_lock_dir: None,
             snapshots: execute::SnapshotOptions::default(),
+            backup: None,
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

@@ -95,6 +95,7 @@ async fn run() {
             scope: proxops_core::scope::Scope::default(),
             cluster_lock_dir: None,
             snapshots: execute::SnapshotOptions::default(),
+            backup: None,
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

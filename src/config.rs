@@ -210,6 +210,8 @@ pub struct Policy {
     pub approve: crate::agent::approval::ApprovePolicy,
     /// `snapshot`, `snapshot_keep`, `snapshot_required`: snapshots before risky updates.
     pub snapshots: proxops_core::plan::snapshot_policy::SnapshotPolicy,
+    /// `backup_before_delete` and `backup_mode`: a vzdump before each prune delete.
+    pub backup: Option<crate::execute::BackupPolicy>,
 }
 
 /// `[policy] mode`.
@@ -359,6 +361,8 @@ struct RawPolicy {
     snapshot: Option<String>,
     snapshot_keep: Option<u32>,
     snapshot_required: Option<bool>,
+    backup_before_delete: Option<String>,
+    backup_mode: Option<String>,
 }
 
 /// `[policy] snapshot` (`off`, `risky`, `updates`; default `risky`), `snapshot_keep` (at
@@ -388,6 +392,56 @@ fn snapshot_policy(
         keep,
         required: p.snapshot_required.unwrap_or(false),
     })
+}
+
+/// `[policy] backup_before_delete` (a PVE storage id, `pve-storage-id`: a letter, then
+/// letters, digits, `-`, `_`, `.`, ending in a letter or digit) and `backup_mode` (vzdump's
+/// `snapshot`, `suspend` or `stop`; default `snapshot`). `backup_mode` alone is an error:
+/// it would do nothing.
+fn backup_policy(
+    storage: Option<&str>,
+    mode: Option<&str>,
+) -> Result<Option<crate::execute::BackupPolicy>, (&'static str, String)> {
+    let Some(storage) = storage else {
+        return match mode {
+            None => Ok(None),
+            Some(_) => Err((
+                "policy.backup_mode",
+                "is set but policy.backup_before_delete is not: name the backup storage \
+                 (e.g. backup_before_delete = \"local\") or remove backup_mode"
+                    .to_owned(),
+            )),
+        };
+    };
+    let mode = match mode {
+        None => proxops_pve::backup::BackupMode::default(),
+        Some(text) => proxops_pve::backup::BackupMode::parse(text).ok_or_else(|| {
+            (
+                "policy.backup_mode",
+                format!("`{text}`: write \"snapshot\", \"suspend\" or \"stop\" (vzdump's modes)"),
+            )
+        })?,
+    };
+    let bytes = storage.as_bytes();
+    let valid = bytes.len() >= 2
+        && bytes[0].is_ascii_alphabetic()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !valid {
+        return Err((
+            "policy.backup_before_delete",
+            format!(
+                "`{storage}` is not a PVE storage id (a letter, then letters, digits, `-`, `_` or \
+                 `.`); write the id `pvesm status` lists, e.g. \"local\""
+            ),
+        ));
+    }
+    Ok(Some(crate::execute::BackupPolicy {
+        storage: storage.to_owned(),
+        mode,
+    }))
 }
 
 impl AgentConfig {
@@ -743,8 +797,11 @@ impl AgentConfig {
         };
         let windows = crate::agent::window::parse(p.window.as_deref().unwrap_or_default())
             .map_err(|(key, message)| invalid(&key, message))?;
+        let backup = backup_policy(p.backup_before_delete.as_deref(), p.backup_mode.as_deref())
+            .map_err(|(key, message)| invalid(key, message))?;
         let policy = Policy {
             snapshots,
+            backup,
             windows,
             approve: crate::agent::approval::ApprovePolicy {
                 when: p.approve.unwrap_or_default().into_iter().collect(),
@@ -1536,6 +1593,47 @@ write_breaker_cool_down = "90s"
             err.ends_with("pve: set only one of ca_file, fingerprint and insecure"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn backup_before_delete_names_a_storage_and_defaults_to_snapshot_mode() {
+        let load = |policy: &str| {
+            let (_dir, path) = write_config(&format!(
+                "node = \"a\"\n[policy]\n{policy}\n[pve]\ntoken_id = \"root@pam!x\"\ntoken_secret_file = \"token\"\ninsecure = true\n"
+            ));
+            AgentConfig::load(&path).map_err(|e| e.to_string())
+        };
+        assert_eq!(load("prune = true").unwrap().policy.backup, None);
+        let on = load("backup_before_delete = \"nas-backup\"").unwrap();
+        assert_eq!(
+            on.policy.backup,
+            Some(crate::execute::BackupPolicy {
+                storage: "nas-backup".to_owned(),
+                mode: proxops_pve::backup::BackupMode::Snapshot,
+            })
+        );
+        let stop = load("backup_before_delete = \"local\"\nbackup_mode = \"stop\"").unwrap();
+        assert_eq!(
+            stop.policy.backup.map(|b| b.mode),
+            Some(proxops_pve::backup::BackupMode::Stop)
+        );
+        for (policy, expected) in [
+            (
+                "backup_before_delete = \"local\"\nbackup_mode = \"live\"",
+                "policy.backup_mode: `live`: write \"snapshot\", \"suspend\" or \"stop\"",
+            ),
+            (
+                "backup_mode = \"stop\"",
+                "policy.backup_mode: is set but policy.backup_before_delete is not",
+            ),
+            (
+                "backup_before_delete = \"local backup\"",
+                "policy.backup_before_delete: `local backup` is not a PVE storage id",
+            ),
+        ] {
+            let err = load(policy).unwrap_err();
+            assert!(err.contains(expected), "{policy}: {err}");
+        }
     }
 
     #[test]

@@ -102,6 +102,12 @@ pub fn print_progress(event: &Event, counter: &AtomicUsize, total: usize) {
                 Outcome::Failed { error, .. } => println!("      {what}: FAILED: {error}"),
                 Outcome::Skipped { reason } => println!("      {what}: skipped: {reason}"),
             }
+            if let Some(backup) = &result.backup {
+                match &backup.volid {
+                    Some(volid) => println!("      {what}: backed up first to {volid}"),
+                    None => println!("      {what}: backed up first ({})", backup.upid),
+                }
+            }
         }
     }
 }

@@ -78,6 +78,7 @@ impl Context {
                     policy: config.policy.snapshots,
                     recorder: None,
                 },
+                backup: config.policy.backup.clone(),
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,

@@ -20,6 +20,7 @@
 pub mod approval;
 pub mod breaker;
 pub mod gate;
+pub mod ha;
 pub mod lock;
 pub mod notify;
 pub mod pass;

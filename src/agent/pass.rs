@@ -442,11 +442,18 @@ async fn enforce(
     let mut options = deps.plan_options.clone();
     options.created =
         with_store(&deps.store, |s| log_store_error(s.creations(None))).unwrap_or_default();
+    // PVE's HA maintenance (issue 19, item 6): read before the pass, so the hooks hold the
+    // writes to a node in maintenance.
+    let ha = crate::agent::ha::observe(&deps.context.pve).await;
+    deps.live.set_ha_held(crate::agent::ha::HaStatus::held(
+        &ha.held_nodes(&deps.context.scope),
+    ));
     let mut hooks = AgentHooks {
         deps,
         pass,
         commit: &revision.commit,
         gated: None,
+        ha,
     };
     let progress = recording_progress(deps, pass, cancel.clone());
     let context =
@@ -669,12 +676,15 @@ struct AgentHooks<'a> {
     pass: PassId,
     commit: &'a str,
     gated: Option<GateSummary>,
+    /// PVE's HA status, read at the start of the pass.
+    ha: crate::agent::ha::HaStatus,
 }
 
 impl Hooks for AgentHooks<'_> {
     fn planned(&mut self, desired: &DesiredState, plan: &Plan) {
         if plan.aborted.is_none() {
-            record_findings(self.deps, self.pass, desired, plan, self.commit);
+            let plan = crate::agent::ha::with_findings(plan, &self.ha, &self.deps.context.scope);
+            record_findings(self.deps, self.pass, desired, &plan, self.commit);
             if !plan.has_changes() {
                 // Nothing to hold: a held change (approved, or not) is cleared.
                 approval::nothing_held(&self.deps.store, &self.deps.node_label, self.pass);
@@ -703,6 +713,10 @@ impl Hooks for AgentHooks<'_> {
                 reason,
             };
         }
+        // Nodes in PVE's HA maintenance: their actions are held, the others' go on.
+        if let Some(approval) = self.ha_hold(plan) {
+            return approval;
+        }
         // `[policy] approve`: what waits for an operator is taken out first; the breaker
         // decides on the rest.
         let approvals = approval::split(
@@ -727,6 +741,27 @@ impl Hooks for AgentHooks<'_> {
 }
 
 impl AgentHooks<'_> {
+    /// PVE's HA maintenance: `None` when no action is on a node in maintenance; else the
+    /// approval of the other actions (asked of this hook again, so the breaker decides on
+    /// them) with the maintenance nodes' actions held.
+    fn ha_hold(&mut self, plan: &Plan) -> Option<Approval> {
+        let hold = crate::agent::ha::Hold::of(plan, &self.ha, &self.deps.context.scope)?;
+        tracing::info!(reason = %hold.reason, "writes held");
+        let others = hold.has_others().then(|| Hooks::approve(self, &hold.rest));
+        let held = hold.held.len();
+        let summary = self.gated.get_or_insert(GateSummary {
+            probed: false,
+            held: 0,
+            reason: None,
+        });
+        summary.held += held;
+        summary.reason = Some(match summary.reason.take() {
+            Some(why) => format!("{}; {why}", hold.reason),
+            None => hold.reason.clone(),
+        });
+        Some(hold.merge(others))
+    }
+
     /// What the write circuit breaker lets run of `plan`.
     fn ask_breaker(&mut self, plan: &Plan) -> Approval {
         let permit = gate::permit(&self.deps.breaker);
@@ -991,6 +1026,7 @@ fn recording_progress(deps: &PassDeps, pass: PassId, cancel: CancellationToken) 
                     with_store(&store, |s| {
                         log_store_error(s.record_action_result(id, &outcome, now))
                     });
+                    crate::execute::record_backup(&store, id, result);
                 }
             }
         }

@@ -35,6 +35,8 @@ struct Inner {
     passes_completed: u64,
     breaker: BreakerView,
     windows: Vec<crate::agent::window::Window>,
+    /// Writes held because nodes of the agent are in PVE's HA maintenance (the last pass).
+    ha_held: Option<crate::agent::window::Held>,
 }
 
 /// The write circuit breaker as reported on `/status`, `/api/v1/status` and `/metrics`.
@@ -287,6 +289,16 @@ impl LiveStatus {
     /// Sets `[[policy.window]]` of the configuration in force (at start and reload).
     pub fn set_windows(&self, windows: Vec<crate::agent::window::Window>) {
         self.lock().windows = windows;
+    }
+
+    /// Sets what PVE's HA maintenance holds, as the last pass found it.
+    pub fn set_ha_held(&self, held: Option<crate::agent::window::Held>) {
+        self.lock().ha_held = held;
+    }
+
+    /// What PVE's HA maintenance holds, as the last pass found it.
+    pub fn ha_held(&self) -> Option<crate::agent::window::Held> {
+        self.lock().ha_held.clone()
     }
 
     /// `[[policy.window]]` of the configuration in force.

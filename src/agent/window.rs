@@ -262,6 +262,20 @@ impl Held {
     }
 }
 
+/// `view` with a further hold from another source (a node in PVE's HA maintenance,
+/// `agent::ha`): writes are not allowed while it holds, and the reasons are joined.
+pub fn with_hold(mut view: WritesView, hold: Option<&Held>) -> WritesView {
+    let Some(hold) = hold else {
+        return view;
+    };
+    view.allowed = false;
+    view.held = Some(match view.held.take() {
+        Some(first) => format!("{first}; {}", hold.reason),
+        None => hold.reason.clone(),
+    });
+    view
+}
+
 /// The freeze as the views show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FreezeView {

@@ -12,12 +12,14 @@
 //! write circuit breaker holds the later levels back when it opened during the pass.
 //! A failed action carries its [`FailureClass`], set where the failure is known.
 
+mod backup;
 mod download;
 mod failure;
 mod guest;
 mod snapshot;
 mod snippets;
 
+pub use backup::{Backup, BackupPolicy, record_backup};
 pub use failure::FailureClass;
 pub use snapshot::{SnapshotOptions, SnapshotRecorder, snapshot_context};
 
@@ -55,6 +57,8 @@ pub struct Options {
     pub cluster_lock_dir: Option<std::path::PathBuf>,
     /// `[policy] snapshot*`: snapshots before risky updates (`snapshot.rs`).
     pub snapshots: SnapshotOptions,
+    /// `[policy] backup_before_delete`: back a guest up before deleting it (`None`: off).
+    pub backup: Option<BackupPolicy>,
 }
 
 /// Progress of an apply, for people watching it.
@@ -170,6 +174,9 @@ pub struct ActionResult {
     pub action: Action,
     /// How it ended.
     pub outcome: Outcome,
+    /// The backup taken before it (a delete under `[policy] backup_before_delete`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<Backup>,
 }
 
 /// How an action ended.
@@ -315,12 +322,20 @@ pub async fn apply(
                     progress(&Event::Started {
                         action: action.clone(),
                     });
+                    let mut taken = None;
                     let outcome = if let Some(error) = options.scope.refusal(&action) {
                         Outcome::Failed {
                             class: FailureClass::Refused,
                             upid: None,
                             error,
                         }
+                    } else if let (Verb::Delete(g), Some(policy)) = (&action.verb, &options.backup)
+                        && let Err(failed) =
+                            backup::before_delete(&pve, &action, *g, policy, &options, &cancel)
+                                .await
+                                .map(|b| taken = Some(b))
+                    {
+                        failed
                     } else {
                         match snapshot::before(&pve, &desired, &action, &options, &cancel, &found)
                             .await
@@ -361,7 +376,11 @@ pub async fn apply(
                     if !matches!(outcome, Outcome::Succeeded { .. }) {
                         failed = Some(action.verb.name().to_owned());
                     }
-                    let result = ActionResult { action, outcome };
+                    let result = ActionResult {
+                        action,
+                        outcome,
+                        backup: taken,
+                    };
                     progress(&Event::Finished {
                         result: result.clone(),
                     });
@@ -430,6 +449,7 @@ pub fn skip_all(actions: &[Action], reason: &str, progress: &Progress) -> Vec<Ac
 fn skipped(action: &Action, reason: String, progress: &Progress) -> ActionResult {
     let result = ActionResult {
         action: action.clone(),
+        backup: None,
         outcome: Outcome::Skipped { reason },
     };
     progress(&Event::Finished {

@@ -204,6 +204,9 @@ pub struct ActionJson {
     /// `safe`, `risky` or `destructive`; `None` for actions recorded before risk levels.
     #[serde(default)]
     pub risk: Option<String>,
+    /// The volume id of the backup taken before it (`[policy] backup_before_delete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
 }
 
 impl From<&ActionRecord> for ActionJson {
@@ -233,6 +236,7 @@ impl From<&ActionRecord> for ActionJson {
             exitstatus,
             error,
             risk: a.risk.map(|r| r.name().to_owned()),
+            backup: a.backup_volid.clone(),
         }
     }
 }
@@ -708,11 +712,11 @@ async fn go_status(State(state): State<HttpState>) -> Json<serde_json::Value> {
     // Whether writes are allowed now (freeze and windows): read per request, so a freeze
     // the CLI just wrote shows before the next pass.
     let windows = state.live.windows();
+    let ha_held = state.live.ha_held();
     let writes = read_store(&state.store, move |s| {
-        Ok(crate::agent::window::writes_view(
-            chrono::Utc::now(),
-            &windows,
-            s.freeze()?.as_ref(),
+        Ok(crate::agent::window::with_hold(
+            crate::agent::window::writes_view(chrono::Utc::now(), &windows, s.freeze()?.as_ref()),
+            ha_held.as_ref(),
         ))
     })
     .await
@@ -734,6 +738,8 @@ async fn api_status(State(state): State<HttpState>) -> Response {
     .await
     {
         Ok(mut status) => {
+            status.writes =
+                crate::agent::window::with_hold(status.writes, state.live.ha_held().as_ref());
             status.process_start = Some(rfc3339(state.live.process_start));
             status.desired_stale = state.live.desired_stale();
             status.last_error = state.live.last_error();

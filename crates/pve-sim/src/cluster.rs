@@ -62,6 +62,8 @@ pub(crate) struct Cluster {
     pub(crate) stats: Option<BTreeMap<u32, GuestStats>>,
     /// File based storages are real directories (`SimConfig::storage_root`).
     pub(crate) storage_dirs: bool,
+    /// PVE's HA stack (`crate::api::ha`): `None` without HA; the nodes in maintenance.
+    pub(crate) ha: Option<std::collections::BTreeSet<String>>,
 }
 
 /// One guest's entry in pvestatd's last published status (its RRD update): what
@@ -173,6 +175,8 @@ impl Cluster {
             next_pid: 0x1000 + rand::random_range(0..0x1000u32),
             stats: None,
             storage_dirs: false,
+            ha: (seed.ha.enabled || !seed.ha.maintenance.is_empty())
+                .then(|| seed.ha.maintenance.iter().cloned().collect()),
         };
         for v in &seed.volumes {
             let (sid, volname) = storage::split_volid(&v.volid)
@@ -190,6 +194,7 @@ impl Cluster {
                     ctime: now,
                     vmid: parsed.vmid,
                     checksums: BTreeMap::new(),
+                    notes: None,
                 },
             );
         }
@@ -228,6 +233,7 @@ impl Cluster {
                             ctime: now,
                             vmid: parsed.vmid,
                             checksums: BTreeMap::new(),
+                            notes: None,
                         },
                     );
                 }
@@ -443,6 +449,7 @@ impl Cluster {
                 ctime: now_epoch(),
                 vmid: Some(vmid),
                 checksums: BTreeMap::new(),
+                notes: None,
             },
         )
         .map_err(|e| e.text())?;
@@ -482,6 +489,7 @@ impl Cluster {
                 ctime: now_epoch(),
                 vmid: Some(vmid),
                 checksums: BTreeMap::new(),
+                notes: None,
             },
         )
         .map_err(|e| e.text())?;

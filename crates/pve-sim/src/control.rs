@@ -116,6 +116,23 @@ impl SimControl {
         self.shared.cluster().refresh_stats();
     }
 
+    /// Puts `node` into PVE's HA maintenance mode, or takes it out (`ha-manager crm-command
+    /// node-maintenance enable|disable <node>`); turns HA on. Returns false for an unknown
+    /// node.
+    pub fn set_ha_maintenance(&self, node: &str, enable: bool) -> bool {
+        let mut cluster = self.shared.cluster();
+        if !cluster.nodes.contains_key(node) {
+            return false;
+        }
+        let nodes = cluster.ha.get_or_insert_default();
+        if enable {
+            nodes.insert(node.to_string());
+        } else {
+            nodes.remove(node);
+        }
+        true
+    }
+
     /// Removes every fault.
     pub fn clear_faults(&self) {
         self.shared.faults().clear();

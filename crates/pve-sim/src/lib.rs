@@ -55,8 +55,8 @@ pub use error::SimError;
 pub use faults::{FaultError, HttpFault};
 pub use request_log::{RequestLog, RequestRecord};
 pub use seed::{
-    AclSeed, DatacenterSeed, GroupSeed, GuestSeed, NodeSeed, REALISTIC_3NODE, RoleSeed, Seed,
-    SeedError, StorageSeed, TokenSeed, UserSeed, VolumeSeed,
+    AclSeed, DatacenterSeed, GroupSeed, GuestSeed, HaSeed, NodeSeed, REALISTIC_3NODE, RoleSeed,
+    Seed, SeedError, StorageSeed, TokenSeed, UserSeed, VolumeSeed,
 };
 pub use server::{
     DEFAULT_LOCK_TIMEOUT, DEFAULT_PROXY_TIMEOUT, DEFAULT_STATS_INTERVAL, DEFAULT_TASK_DURATION,

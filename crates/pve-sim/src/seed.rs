@@ -81,6 +81,9 @@ pub struct Seed {
     /// The tag settings of `datacenter.cfg` (`user-tag-access`, `registered-tags`).
     #[serde(default)]
     pub datacenter: DatacenterSeed,
+    /// PVE's HA stack: whether it is in use, and the nodes in maintenance mode.
+    #[serde(default)]
+    pub ha: HaSeed,
     /// How long tasks of one type run, in milliseconds, by PVE task type (`download`,
     /// `qmcreate`, `vzcreate`, `qmclone`, `qmstart`, ...). `SimConfig::task_durations` wins
     /// over these; types listed in neither take `SimConfig::task_duration`.
@@ -116,6 +119,22 @@ const REALISTIC_TASK_MS: &[(&str, u64)] = &[
     ("vzstart", 200),
     ("imgdel", 100),
 ];
+
+/// PVE's HA stack (pve-ha-manager): `enabled` when the cluster uses HA (its CRM wrote a
+/// manager status with a `node_status` for every node, so `/cluster/ha/status/current` has
+/// an `lrm:<node>` entry each), and the nodes whose LRM is in maintenance mode
+/// (`ha-manager crm-command node-maintenance enable <node>`). Nodes in `maintenance` turn
+/// HA on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HaSeed {
+    /// The cluster uses HA.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Nodes in HA maintenance mode.
+    #[serde(default)]
+    pub maintenance: Vec<String>,
+}
 
 /// The `datacenter.cfg` settings the permission checks read: who may set which guest tags
 /// (pve-guest-common `src/PVE/GuestHelpers.pm` `get_allowed_tags`).
@@ -349,6 +368,7 @@ impl Default for Seed {
             volumes: Vec::new(),
             guests: Vec::new(),
             datacenter: DatacenterSeed::default(),
+            ha: HaSeed::default(),
             task_durations_ms: BTreeMap::new(),
         }
     }

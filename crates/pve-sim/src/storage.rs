@@ -69,6 +69,8 @@ pub(crate) struct Volume {
     pub(crate) vmid: Option<u32>,
     /// Checksums by algorithm name (`sha256`, ...) of downloaded files.
     pub(crate) checksums: BTreeMap<String, String>,
+    /// The `notes` attribute of a backup (vzdump's `notes-template`).
+    pub(crate) notes: Option<String>,
 }
 
 /// What a volume name says about the volume.
@@ -246,6 +248,7 @@ pub(crate) fn snippet_files(def: &StorageDef) -> Vec<(String, Volume)> {
                         ctime: u64::try_from(meta.ctime()).unwrap_or_default(),
                         vmid: None,
                         checksums: BTreeMap::new(),
+                        notes: None,
                     },
                 )
             })

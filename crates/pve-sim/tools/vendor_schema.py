@@ -70,6 +70,10 @@ EXTRA_ENDPOINTS = [
     ("/nodes/{node}/lxc/{vmid}/snapshot/{snapname}", "DELETE"),
     ("/nodes/{node}/lxc/{vmid}/snapshot/{snapname}/rollback", "POST"),
     ("/nodes/{node}/lxc/{vmid}/feature", "GET"),
+    # Backup before a prune delete (issue 19, item 3).
+    ("/nodes/{node}/vzdump", "POST"),
+    # A node in PVE's HA maintenance gets no writes (issue 19, item 6).
+    ("/cluster/ha/status/current", "GET"),
 ]
 
 

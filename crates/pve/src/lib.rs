@@ -17,10 +17,12 @@
 //! - [`task`]: [`TaskStatus`], [`wait_for_task`] (the [`next_poll`] schedule, timeout,
 //!   cancellation) and the task log.
 //! - [`cluster`], [`storage`]: response types and their parameters.
+//! - [`backup`]: `vzdump` (backup before delete) and PVE's HA status (nodes in maintenance).
 //! - `lenient`: serde helpers for PVE's loose JSON typing (numbers as strings, 0/1 booleans).
 
 #![warn(missing_docs)]
 
+pub mod backup;
 pub mod client;
 pub mod cluster;
 pub mod error;

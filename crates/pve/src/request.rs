@@ -94,7 +94,7 @@ pub struct Request {
 
 impl Request {
     /// A request for `template` with its `{placeholders}` replaced, in order, by `segments`.
-    fn new(method: Method, template: &'static str, segments: &[&str]) -> Self {
+    pub(crate) fn new(method: Method, template: &'static str, segments: &[&str]) -> Self {
         let mut path = String::with_capacity(template.len() + 16);
         let mut values = segments.iter();
         for part in template.split('/').skip(1) {
@@ -118,7 +118,7 @@ impl Request {
     }
 
     /// Adds a parameter where PVE reads it for this method.
-    fn param(mut self, key: &str, value: impl Into<String>) -> Self {
+    pub(crate) fn param(mut self, key: &str, value: impl Into<String>) -> Self {
         let pair = (key.to_owned(), value.into());
         if self.method.has_body() {
             self.form.push(pair);
@@ -965,6 +965,16 @@ pub fn all_endpoints_for_contract() -> Vec<Request> {
         lxc_resize("pve1", 101, "rootfs", "+1G"),
         task_status("pve1", &upid),
         task_log("pve1", &upid, 0, 50),
+        crate::backup::vzdump(
+            "pve1",
+            &crate::backup::Vzdump {
+                vmid: 100,
+                storage: "local".into(),
+                mode: crate::backup::BackupMode::Snapshot,
+                notes: Some("proxops {{guestname}}".into()),
+            },
+        ),
+        crate::backup::ha_status_current(),
         node_tasks(
             "pve1",
             &TaskFilter {
@@ -1302,7 +1312,7 @@ mod tests {
         let distinct: std::collections::HashSet<_> =
             all.iter().map(|r| (r.method, r.template)).collect();
         assert_eq!(distinct.len(), all.len(), "one request per builder");
-        assert_eq!(all.len(), 48 + 10);
+        assert_eq!(all.len(), 48 + 10 + 2);
         for req in &all {
             // the concrete path has as many segments as its template
             assert_eq!(

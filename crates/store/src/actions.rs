@@ -148,10 +148,12 @@ pub struct ActionRecord {
     pub outcome: Option<ActionOutcome>,
     /// Its risk level; `None` for actions recorded before schema version 4.
     pub risk: Option<Risk>,
+    /// The backup taken before it (a delete under `[policy] backup_before_delete`).
+    pub backup_volid: Option<String>,
 }
 
 const ACTION_COLUMNS: &str = "id, pass_id, resource_kind, resource_name, node, verb, detail, \
-     reason, started_at, upid, ended_at, result, exitstatus, error, risk";
+     reason, started_at, upid, ended_at, result, exitstatus, error, risk, backup_volid";
 
 /// An action row as read, before its names and JSON are parsed.
 struct RawAction {
@@ -170,6 +172,7 @@ struct RawAction {
     exitstatus: Option<String>,
     error: Option<String>,
     risk: Option<String>,
+    backup_volid: Option<String>,
 }
 
 fn raw_action(row: &Row<'_>) -> rusqlite::Result<RawAction> {
@@ -189,6 +192,7 @@ fn raw_action(row: &Row<'_>) -> rusqlite::Result<RawAction> {
         exitstatus: row.get(12)?,
         error: row.get(13)?,
         risk: row.get(14)?,
+        backup_volid: row.get(15)?,
     })
 }
 
@@ -252,6 +256,27 @@ impl Store {
             )
             .map_err(self.query_error(operation))?;
         self.expect_one_open(operation, action, changed)
+    }
+
+    /// Records the volume id of the backup taken before `action` (a delete under
+    /// `[policy] backup_before_delete`); it may already have its result.
+    ///
+    /// # Errors
+    /// When the action does not exist or the row cannot be written.
+    pub fn record_action_backup(&mut self, action: ActionId, volid: &str) -> Result<()> {
+        let operation = "recording the backup of an action";
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE actions SET backup_volid = ?2 WHERE id = ?1",
+                params![action.0, redact(volid)],
+            )
+            .map_err(self.query_error(operation))?;
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(self.not_found(operation, action.to_string()))
+        }
     }
 
     /// Records how an action ended.
@@ -403,6 +428,7 @@ impl Store {
             ended_at: raw.ended_at.map(from_millis),
             outcome,
             risk,
+            backup_volid: raw.backup_volid,
         })
     }
 }

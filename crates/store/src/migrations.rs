@@ -24,6 +24,7 @@ pub const MIGRATIONS: &[&str] = &[
     V_SNAPSHOTS,
     V_APPROVALS,
     V_UNVERIFIED,
+    V_BACKUP_BEFORE_DELETE,
 ];
 
 /// Version 1: passes, actions, drift findings, inventory.
@@ -179,6 +180,12 @@ pub(crate) const V_APPROVALS: &str = crate::approvals::SCHEMA;
 /// the outcome is stored as `invalid` with this flag set; readers map the pair back.
 const V_UNVERIFIED: &str = r"
 ALTER TABLE passes ADD COLUMN unverified INTEGER NOT NULL DEFAULT 0 CHECK (unverified IN (0, 1));
+";
+
+/// Issue 19, item 3 (backup before delete): the volume id of the backup `vzdump` wrote
+/// before a delete action (`NULL`: no backup was taken, or the action is older).
+const V_BACKUP_BEFORE_DELETE: &str = r"
+ALTER TABLE actions ADD COLUMN backup_volid TEXT;
 ";
 
 /// The schema version this binary writes.
@@ -535,6 +542,51 @@ mod tests {
             )
             .unwrap();
         assert_eq!(columns, 0, "the half-applied script was rolled back");
+    }
+
+    #[test]
+    fn a_database_from_before_backup_volids_keeps_its_actions_and_records_backups_after() {
+        let (_dir, path) = db_path();
+        let before = MIGRATIONS
+            .iter()
+            .position(|script| *script == V_BACKUP_BEFORE_DELETE)
+            .unwrap();
+        let (pass, action) = {
+            let mut store = Store::open_with(&path, &MIGRATIONS[..before]).unwrap();
+            let pass = store
+                .begin_pass(
+                    "pve1",
+                    Some("aaa"),
+                    crate::Trigger::Poll,
+                    std::time::SystemTime::now(),
+                )
+                .unwrap();
+            let iso =
+                crate::actions::tests::download("debian", "pve1", "https://example.org/d.iso");
+            let action = store
+                .record_action_started(pass, &iso, std::time::SystemTime::now())
+                .unwrap();
+            (pass, action)
+        };
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), latest());
+        let old = store.actions_of(pass).unwrap();
+        assert_eq!(old.len(), 1);
+        assert_eq!(old[0].backup_volid, None);
+        store
+            .record_action_backup(
+                action,
+                "local:backup/vzdump-qemu-100-2026_12_01-15_00_00.vma.zst",
+            )
+            .unwrap();
+        assert_eq!(
+            store.actions_of(pass).unwrap()[0].backup_volid.as_deref(),
+            Some("local:backup/vzdump-qemu-100-2026_12_01-15_00_00.vma.zst")
+        );
+        assert!(matches!(
+            store.record_action_backup(crate::ActionId(action.0 + 1), "local:backup/x"),
+            Err(StoreError::NotFound { .. })
+        ));
     }
 
     #[test]

@@ -165,8 +165,10 @@ async fn overview_page(State(ui): State<Ui>) -> Response {
     let state = &ui.http;
     let node = state.node_label.clone();
     let windows = state.live.windows();
+    let ha_held = state.live.ha_held();
     let read = read_store(&state.store, move |s| {
-        let status = crate::http::status_from_store_with(s, &node, &windows)?;
+        let mut status = crate::http::status_from_store_with(s, &node, &windows)?;
+        status.writes = crate::agent::window::with_hold(status.writes, ha_held.as_ref());
         let open: Vec<DriftJson> = s.open_findings(None)?.iter().map(DriftJson::from).collect();
         let recent: Vec<PassJson> = s
             .recent_passes(Some(&node), 8)?

@@ -34,6 +34,8 @@ pub struct ActionView {
     pub detail: Option<String>,
     /// `safe`, `risky` or `destructive`; `None` for actions recorded before risk levels.
     pub risk: Option<String>,
+    /// The volume id of the backup taken before it (`[policy] backup_before_delete`).
+    pub backup: Option<String>,
 }
 
 impl From<&ActionRecord> for ActionView {
@@ -58,6 +60,7 @@ impl From<&ActionRecord> for ActionView {
             result,
             detail,
             risk: a.risk.map(|r| r.name().to_owned()),
+            backup: a.backup_volid.clone(),
         }
     }
 }
@@ -195,7 +198,14 @@ pub fn render(p: &PassPage) -> String {
                 a.risk.as_deref().map_or_else(|| "–".to_owned(), badge),
                 escape(&a.resource),
                 escape(&a.node),
-                escape(&a.reason),
+                match &a.backup {
+                    Some(volid) => format!(
+                        "{}<br><span class=\"backup\">backup: <code>{}</code></span>",
+                        escape(&a.reason),
+                        escape(volid)
+                    ),
+                    None => escape(&a.reason),
+                },
                 a.upid
                     .as_deref()
                     .map(|u| format!("<code>{}</code>", escape(u)))
@@ -252,6 +262,7 @@ mod tests {
                     result: "succeeded".to_owned(),
                     detail: None,
                     risk: Some("risky".to_owned()),
+                    backup: None,
                 },
                 ActionView {
                     verb: "create".to_owned(),
@@ -266,6 +277,7 @@ mod tests {
                         "400 Parameter verification failed: <script>alert(1)</script>".to_owned(),
                     ),
                     risk: None,
+                    backup: None,
                 },
             ],
             findings: vec![drift("VM/web-1", "memory", None)],
@@ -315,6 +327,7 @@ mod tests {
                 exitstatus: "WARNINGS: 1".to_owned(),
             }),
             risk: Some(proxops_core::plan::risk::Risk::Safe),
+            backup_volid: None,
         };
         let view = ActionView::from(&record);
         assert_eq!(

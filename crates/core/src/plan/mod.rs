@@ -355,6 +355,12 @@ pub enum FindingKind {
     /// the snapshot failed): the finding says which volume on which storage, and whether the
     /// update went on or was held (`[policy] snapshot_required`). Issue 19.
     SnapshotSkipped,
+    /// The node is in PVE's HA maintenance mode: no write is sent to it until it leaves it
+    /// (issue 19, item 6).
+    HaMaintenance,
+    /// PVE's HA status could not be read (e.g. no `Sys.Audit` on `/`): a node in HA
+    /// maintenance would not be noticed; writes go on.
+    HaStatusUnknown,
 }
 
 impl FindingKind {
@@ -376,6 +382,8 @@ impl FindingKind {
             FindingKind::OutOfScope => "out-of-scope",
             FindingKind::Deferred => "deferred",
             FindingKind::SnapshotSkipped => "snapshot-skipped",
+            FindingKind::HaMaintenance => "ha-maintenance",
+            FindingKind::HaStatusUnknown => "ha-status-unknown",
         }
     }
 }

@@ -58,6 +58,13 @@ struct LockTimeout {
     times: u32,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HaMaintenance {
+    node: String,
+    enable: bool,
+}
+
 fn one() -> u32 {
     1
 }
@@ -133,6 +140,13 @@ pub(crate) fn handle(
             ("POST", "/_sim/faults/lock-timeout") => parse::<LockTimeout>(body).map(|f| {
                 control.time_out_lock(f.vmid, f.times);
                 ok()
+            }),
+            ("POST", "/_sim/ha/maintenance") => parse::<HaMaintenance>(body).map(|m| {
+                if control.set_ha_maintenance(&m.node, m.enable) {
+                    ok()
+                } else {
+                    bad(format!("no node {}", m.node))
+                }
             }),
             _ => Ok(answer(
                 StatusCode::NOT_FOUND,

@@ -19,6 +19,7 @@ mod config;
 mod control;
 mod disks;
 mod guests;
+mod ha;
 mod lxc;
 mod network;
 mod permission;
@@ -27,6 +28,7 @@ mod qemu;
 mod snapshot;
 mod storage;
 mod tasks;
+mod vzdump;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -179,6 +181,8 @@ enum Endpoint {
     Permissions,
     TicketGet,
     TicketPost,
+    Vzdump,
+    HaStatusCurrent,
     Snapshot(Kind, SnapshotOp),
 }
 
@@ -212,6 +216,7 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
         ("GET", ["cluster", "nextid"]) => E::ClusterNextid,
         ("GET", ["cluster", "tasks"]) => E::ClusterTasks,
         ("GET", ["cluster", "options"]) => E::ClusterOptions,
+        ("GET", ["cluster", "ha", "status", "current"]) => E::HaStatusCurrent,
         ("GET", ["nodes"]) => E::Nodes,
         ("GET", ["pools"]) => E::PoolList,
         ("POST", ["pools"]) => E::PoolCreate,
@@ -240,6 +245,7 @@ fn resolve(method: &str, segs: &[String]) -> Option<(Endpoint, BTreeMap<String, 
             match (m, rest) {
                 ("GET", ["status"]) => E::NodeStatus,
                 ("GET", ["network"]) => E::Network,
+                ("POST", ["vzdump"]) => E::Vzdump,
                 ("GET", ["storage"]) => E::StorageIndex,
                 (m, ["storage", sid, rest @ ..]) => {
                     put("storage", sid);
@@ -343,6 +349,8 @@ async fn call(endpoint: Endpoint, ctx: &Ctx) -> ApiResult<Reply> {
         E::Permissions => access::permissions(ctx).map(Into::into),
         E::TicketGet => Ok(Value::Null.into()),
         E::TicketPost => access::ticket(ctx).await.map(Into::into),
+        E::Vzdump => vzdump::vzdump(ctx).map(Into::into),
+        E::HaStatusCurrent => ha::current(ctx).map(Into::into),
         E::StorageIndex => storage::index(ctx).map(Into::into),
         E::StorageConfig => storage::config(ctx).map(Into::into),
         E::StorageStatus => storage::status(ctx).map(Into::into),

@@ -124,6 +124,9 @@ fn content_entry(sid: &str, volname: &str, v: &Volume) -> Value {
         e["vmid"] = vmid.into();
         e["used"] = v.size.into();
     }
+    if let Some(notes) = &v.notes {
+        e["notes"] = notes.clone().into();
+    }
     e
 }
 
@@ -439,6 +442,7 @@ pub(super) fn download_url(ctx: &Ctx) -> ApiResult {
                     ctime: now_epoch(),
                     vmid: None,
                     checksums: fetched.checksums,
+                    notes: None,
                 },
             )
             .map_err(|e| e.text())?;

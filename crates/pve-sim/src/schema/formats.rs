@@ -15,7 +15,13 @@ use regex::Regex;
 /// Named formats used by the vendored endpoints that are accepted without any check. Most are
 /// hash formats whose key definitions the API dump does not carry (`pve-vm-cpu-conf`,
 /// `pve-qm-hostpci`, ...); the rest need host state (`pve-priv` needs the privilege list).
+/// vzdump's property strings (`fleecing`, `performance`, `prune-backups`) and its `mailto`
+/// list are never sent by ProxOps (issue 19).
 pub(crate) const UNCHECKED: &[&str] = &[
+    "backup-fleecing",
+    "backup-performance",
+    "email-or-username",
+    "prune-backups",
     "pve-cpuset",
     "pve-hotplug-features",
     "pve-lxc-dev-string",

@@ -1042,6 +1042,8 @@ mod tests {
                 "/nodes/{node}/lxc/{vmid}/snapshot/{snapname}/rollback",
             ),
             ("GET", "/nodes/{node}/lxc/{vmid}/feature"),
+            ("POST", "/nodes/{node}/vzdump"),
+            ("GET", "/cluster/ha/status/current"),
         ];
         let schema = Schema::vendored();
         let missing: Vec<_> = served

@@ -6,6 +6,7 @@
 
 mod access;
 mod acl;
+mod backup;
 mod binary;
 mod cluster;
 mod download;
