@@ -898,7 +898,7 @@ fn parse_poll(text: &str) -> Result<Poll, String> {
     }
 }
 
-fn is_node_name(s: &str) -> bool {
+pub(crate) fn is_node_name(s: &str) -> bool {
     // PVE's pve-node format: a DNS label.
     !s.is_empty()
         && s.len() <= 63

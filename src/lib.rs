@@ -30,6 +30,7 @@ pub mod adopt;
 pub mod agent;
 pub mod check;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod error_chain;
