@@ -81,6 +81,12 @@ pub struct AgentConfig {
     pub snippets: crate::snippets::SnippetsConfig,
     /// `[scope]`: what the repository may declare, adopt and create.
     pub scope: proxops_core::scope::Scope,
+    /// `[pmxcfs]`: cluster mode (status files, cluster view, cluster-wide locks); `None`
+    /// without the table: cluster mode is off.
+    pub pmxcfs: Option<crate::cluster::config::PmxcfsConfig>,
+    /// `[rollout]`: the waves a new commit goes through (needs `[pmxcfs]`); `None`: every
+    /// node writes a new commit at once.
+    pub rollout: Option<crate::cluster::rollout_config::RolloutConfig>,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -278,6 +284,8 @@ struct RawConfig {
     forge: Option<crate::forge::config::RawForge>,
     snippets: Option<crate::snippets::config::RawSnippets>,
     scope: Option<scope::RawScope>,
+    pmxcfs: Option<crate::cluster::config::RawPmxcfs>,
+    rollout: Option<crate::cluster::rollout_config::RawRollout>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -722,6 +730,18 @@ impl AgentConfig {
             .unwrap_or_default()
             .validate()
             .map_err(|bad| invalid(bad.key, bad.message))?;
+        let pmxcfs = raw
+            .pmxcfs
+            .map(crate::cluster::config::RawPmxcfs::validate)
+            .transpose()
+            .map_err(|(key, message)| invalid(key, message))?;
+        let rollout = crate::cluster::rollout_config::parse(
+            raw.rollout,
+            path,
+            text,
+            &node,
+            pmxcfs.is_some(),
+        )?;
 
         Ok(AgentConfig {
             node,
@@ -740,6 +760,8 @@ impl AgentConfig {
             forge,
             snippets,
             scope,
+            pmxcfs,
+            rollout,
         })
     }
 }

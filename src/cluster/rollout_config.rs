@@ -79,12 +79,14 @@ impl RolloutConfig {
 /// # Errors
 /// [`ConfigError::Syntax`] located at the node name for a node in two waves or an invalid
 /// name; at the wave for an empty wave; [`ConfigError::Invalid`] for no waves, a bad
-/// duration, this node in no wave, or `[rollout]` on a whole-cluster agent.
+/// duration, this node in no wave, `[rollout]` on a whole-cluster agent or without
+/// `[pmxcfs]` (`cluster_mode`: the waves are read from the status files it publishes).
 pub fn parse(
     raw: Option<RawRollout>,
     path: &Path,
     text: &str,
     node: &NodeScope,
+    cluster_mode: bool,
 ) -> Result<Option<RolloutConfig>, ConfigError> {
     let Some(raw) = raw else {
         return Ok(None);
@@ -103,6 +105,14 @@ pub fn parse(
             message: format!("{key}: {message}"),
         }
     };
+    if !cluster_mode {
+        return Err(invalid(
+            "rollout",
+            "waves need cluster mode: add a [pmxcfs] table, so that each node's agent \
+             publishes its status for the later waves to read"
+                .to_owned(),
+        ));
+    }
     let NodeScope::Node(this) = node else {
         return Err(invalid(
             "rollout",
@@ -218,7 +228,7 @@ mod tests {
         } else {
             NodeScope::Node(node.to_owned())
         };
-        parse(doc.rollout, Path::new("agent.toml"), text, &scope).map_err(|e| e.to_string())
+        parse(doc.rollout, Path::new("agent.toml"), text, &scope, true).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -281,6 +291,15 @@ mod tests {
         );
         let err = load("*", "[rollout]\nwaves = [[\"pve1\"]]\n").unwrap_err();
         assert!(err.contains("agent.toml: rollout: a whole-cluster agent"), "{err}");
+        let doc: Doc = toml::from_str("[rollout]\nwaves = [[\"pve1\"]]\n").unwrap();
+        let scope = NodeScope::Node("pve1".to_owned());
+        let err = parse(doc.rollout, Path::new("agent.toml"), "", &scope, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("agent.toml: rollout: waves need cluster mode: add a [pmxcfs] table"),
+            "{err}"
+        );
     }
 
     #[test]

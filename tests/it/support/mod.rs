@@ -4,6 +4,7 @@
 pub(crate) mod agent;
 pub(crate) mod forge;
 pub(crate) mod notify;
+pub(crate) mod pmxcfs;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
