@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod fs;
+pub mod lock;
 pub mod rollout;
 pub mod rollout_config;
 pub mod status_file;

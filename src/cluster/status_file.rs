@@ -4,7 +4,7 @@
 //!
 //! Small by construction: pmxcfs keeps every file in RAM on every node and refuses writes
 //! past 1 MiB per file (pve-cluster 7091d92 `src/pmxcfs/memdb.h` `MEMDB_MAX_FILE_SIZE`,
-//! checked in `src/pmxcfs/memdb.c` `memdb_write`), and the whole database is replicated, so a
+//! checked in `src/pmxcfs/memdb.c` `memdb_pwrite`: `EFBIG`), and the whole database is replicated, so a
 //! document stays below [`MAX_BYTES`]: lists are cut and strings shortened, never an error.
 //! Readers are forward compatible (`#[serde(default)]`, unknown fields ignored), so agents
 //! of different versions can share a cluster. Nothing here touches the filesystem.
@@ -184,7 +184,8 @@ mod tests {
     fn a_status_document_round_trips_and_ignores_fields_it_does_not_know() {
         let doc = status();
         assert_eq!(NodeStatus::decode(&doc.encode()), Some(doc.clone()));
-        let newer = br#"{"format": 2, "node": "pve3", "rollout": {"wave": 1}, "counts": {"ok": 2}}"#;
+        let newer =
+            br#"{"format": 2, "node": "pve3", "rollout": {"wave": 1}, "counts": {"ok": 2}}"#;
         let read = NodeStatus::decode(newer).unwrap();
         assert_eq!(read.node, "pve3");
         assert_eq!(read.counts.ok, 2);
@@ -194,7 +195,9 @@ mod tests {
     #[test]
     fn a_huge_failure_list_is_cut_to_stay_small_and_says_so() {
         let mut doc = status();
-        doc.failed = (0..5000).map(|i| format!("vm/web{i} on pve2: {}", "x".repeat(900))).collect();
+        doc.failed = (0..5000)
+            .map(|i| format!("vm/web{i} on pve2: {}", "x".repeat(900)))
+            .collect();
         doc.held = Some("y".repeat(10_000));
         let bytes = doc.encode();
         assert!(bytes.len() <= MAX_BYTES, "{} bytes", bytes.len());
