@@ -23,6 +23,7 @@ pub mod lock;
 pub mod notify;
 pub mod pass;
 pub mod retry;
+pub mod rollout;
 pub mod schedule;
 pub mod status;
 pub mod window;
@@ -159,6 +160,8 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             config.policy.write_breaker_cool_down,
         );
     kept.live.set_windows(config.policy.windows.clone());
+    let rollout = rollout::Rollout::new(config);
+    kept.live.set_rollout(rollout.clone());
     let notifier = crate::notify::Notifier::start(
         &config.notify,
         &kept.store,
@@ -190,6 +193,7 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             breaker: kept.breaker,
             plan_options: PlanOptions::from_config(config),
             enforced: Mutex::new(None),
+            rollout,
             forge: config.forge.as_ref().and_then(|forge| {
                 crate::forge::Forge::start(
                     forge,

@@ -62,6 +62,8 @@ pub struct PassDeps {
     pub enforced: Mutex<Option<Revision>>,
     /// `[forge]`: commit statuses (`None` without one, or with `status = false`).
     pub forge: Option<Arc<crate::forge::Forge>>,
+    /// `[rollout]`: waves that hold a new commit's writes (`None` without the table).
+    pub rollout: Option<Arc<crate::agent::rollout::Rollout>>,
 }
 
 impl PassDeps {
@@ -396,11 +398,16 @@ async fn enforce(
     let mut options = deps.plan_options.clone();
     options.created =
         with_store(&deps.store, |s| log_store_error(s.creations(None))).unwrap_or_default();
+    let rollout_held = match &deps.rollout {
+        Some(rollout) => rollout.hold(&deps.store, &revision.commit, cancel).await,
+        None => None,
+    };
     let mut hooks = AgentHooks {
         deps,
         pass,
         commit: &revision.commit,
         gated: None,
+        rollout_held,
     };
     let progress = recording_progress(deps, pass, cancel.clone());
     let result = reconcile::reconcile_once(
@@ -418,6 +425,9 @@ async fn enforce(
         && let Some(report) = &done.report
     {
         record_corrected(deps, pass, report);
+    }
+    if let (Some(rollout), Ok(done)) = (&deps.rollout, &result) {
+        crate::agent::rollout::after_pass(rollout, &revision.commit, done, cancel);
     }
     (result, hooks.gated)
 }
@@ -615,6 +625,8 @@ struct AgentHooks<'a> {
     pass: PassId,
     commit: &'a str,
     gated: Option<GateSummary>,
+    /// Why `[rollout]` holds this commit's writes, decided before the pass.
+    rollout_held: Option<window::Held>,
 }
 
 impl Hooks for AgentHooks<'_> {
@@ -703,7 +715,8 @@ impl AgentHooks<'_> {
             chrono::Utc::now(),
             &self.deps.live.windows(),
             freeze.as_ref(),
-        )
+        )?;
+        self.rollout_held.clone().map_or(Ok(()), Err)
     }
 }
 

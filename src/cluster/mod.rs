@@ -21,4 +21,5 @@ pub mod fs;
 pub mod lock;
 pub mod rollout;
 pub mod rollout_config;
+pub mod rollout_state;
 pub mod status_file;

@@ -66,6 +66,9 @@ pub struct NodeStatus {
     pub held: Option<String>,
     /// RFC 3339: when writes are allowed again, when held and known.
     pub next_write_allowed: Option<String>,
+    /// `[rollout]`: this node's wave, decision and health on its applied revision (issue 22,
+    /// item 4); read by the later waves.
+    pub rollout: Option<crate::agent::rollout::RolloutView>,
 }
 
 /// The last pass's counts.
@@ -118,6 +121,7 @@ impl NodeStatus {
             stale: status.desired_stale,
             held: status.writes.held.clone(),
             next_write_allowed: status.writes.next_allowed.clone(),
+            rollout: status.rollout.clone(),
         }
     }
 

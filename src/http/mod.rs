@@ -370,6 +370,10 @@ pub struct StatusJson {
     /// and when the next write is allowed.
     #[serde(default)]
     pub writes: crate::agent::window::WritesView,
+    /// `[rollout]`: this node's wave and whether the rollout holds its writes (live agent
+    /// only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::agent::rollout::RolloutView>,
 }
 
 /// `/api/v1/drift`.
@@ -460,6 +464,7 @@ pub fn status_from_store_with(
         enforced_commit,
         head_invalid,
         writes,
+        rollout: None,
     })
 }
 

@@ -145,6 +145,8 @@ fn with_live(mut status: StatusJson, state: &HttpState) -> StatusJson {
     let breaker = state.live.breaker();
     status.read_only = breaker.read_only;
     status.write_breaker = Some(breaker);
+    status.rollout = state.live.rollout();
+    status.writes = status.writes.with_rollout(status.rollout.as_ref());
     status
 }
 
@@ -386,6 +388,7 @@ pub(crate) mod testing {
                 allowed: true,
                 ..Default::default()
             },
+            rollout: None,
         }
     }
 
