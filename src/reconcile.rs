@@ -73,6 +73,7 @@ impl Context {
                     NodeScope::All => None,
                 },
                 scope: config.scope.clone(),
+                cluster_lock_dir: config.pmxcfs.as_ref().map(|p| p.lock_dir.clone()),
             },
             secrets: config.secrets.clone(),
             mode: config.policy.mode,

@@ -75,6 +75,7 @@ pub async fn run(
         node_label: shared.node_label.clone(),
         preview: shared.preview.clone(),
         commit_url: config.http.commit_url.clone(),
+        publisher: shared.publisher.clone(),
     };
     write_addr(&config.state_dir, http_addr_path(&config.state_dir), listen)?;
     let access = http::access::Access::from_config(&config, config_path);

@@ -126,6 +126,8 @@ struct Kept {
     metrics: Arc<Metrics>,
     breaker: Arc<Mutex<breaker::Breaker>>,
     preview: Arc<Mutex<Option<PreviewInputs>>>,
+    /// `[pmxcfs]`: publishes this node's status file (issue 22).
+    publisher: Arc<crate::cluster::publish::Publisher>,
 }
 
 /// What a read-only plan preview needs (the web UI's plan page): the PVE client, scope,
@@ -162,6 +164,20 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
     kept.live.set_windows(config.policy.windows.clone());
     let rollout = rollout::Rollout::new(config);
     kept.live.set_rollout(rollout.clone());
+    kept.publisher
+        .configure(
+            config
+                .pmxcfs
+                .clone()
+                .map(|pmxcfs| crate::cluster::publish::Settings {
+                    pmxcfs,
+                    node: match &config.node {
+                        NodeScope::Node(node) => Some(node.clone()),
+                        NodeScope::All => None,
+                    },
+                    cluster: config.cluster.clone(),
+                }),
+        );
     let notifier = crate::notify::Notifier::start(
         &config.notify,
         &kept.store,
@@ -232,6 +248,8 @@ pub struct Shared {
     pub nudges: mpsc::Sender<Nudge>,
     /// What a plan preview needs, as of the last (re)load of the configuration.
     pub preview: Arc<Mutex<Option<PreviewInputs>>>,
+    /// `[pmxcfs]` in force and how publishing goes (the cluster view).
+    pub publisher: Arc<crate::cluster::publish::Publisher>,
 }
 
 impl Agent {
@@ -267,6 +285,7 @@ impl Agent {
                 config.policy.write_breaker_cool_down,
             ))),
             preview: Arc::new(Mutex::new(None)),
+            publisher: Arc::default(),
         };
         let running = build(config, config_path, kept.clone())?;
         let (nudge_tx, nudges) = mpsc::channel::<Nudge>(1);
@@ -278,6 +297,7 @@ impl Agent {
             node_label: running.deps.node_label.clone(),
             nudges: nudge_tx,
             preview: kept.preview.clone(),
+            publisher: kept.publisher.clone(),
         };
         let agent = Self {
             config_path: config_path.to_path_buf(),
@@ -307,12 +327,18 @@ impl Agent {
                 interrupt.store(true, Ordering::SeqCst);
             })
         };
+        let publishing = tokio::spawn(kept.publisher.clone().run(
+            kept.store.clone(),
+            kept.live.clone(),
+            shutdown.clone(),
+        ));
         reattach(&running.deps, &shutdown).await;
 
         let mut backoff = Backoff::default();
         let mut trigger = Trigger::Startup;
         loop {
             let verdict = pass::run_pass(&running.deps, trigger, &shutdown).await;
+            kept.publisher.pass_finished();
             running.notifier.pass_finished(
                 &kept.store,
                 &running.deps.node_label,
@@ -354,6 +380,7 @@ impl Agent {
             };
         }
         interrupt_on_shutdown.abort();
+        publishing.abort();
     }
 }
 

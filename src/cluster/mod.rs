@@ -19,7 +19,9 @@
 pub mod config;
 pub mod fs;
 pub mod lock;
+pub mod publish;
 pub mod rollout;
 pub mod rollout_config;
 pub mod rollout_state;
 pub mod status_file;
+pub mod view;

@@ -9,13 +9,24 @@
 //! the executor asks PVE: the `download` task this token started for the file since the
 //! action began (its id is the file name), else the storage's listing (the file is there:
 //! PVE downloaded it); when PVE shows neither the action fails as `unknown`.
+//!
+//! Since download-url locks nothing, two nodes' agents downloading the same new file to a
+//! storage PVE reports as `shared` would race (the second worker fails with `refusing to
+//! override existing file`, or both fetch it). With `[pmxcfs]` the download runs under the
+//! cluster-wide lock `proxops-download-<storage>-<hash of the volid>`
+//! ([`crate::cluster::lock`]): the holder looks at the storage again and downloads only if
+//! the file is still absent; the others wait for the lock, then find the file and record it
+//! present without a request. Without quorum no lock can be taken: the storage is looked at
+//! again and the download goes on without the lock (issue 22; GAPS 163).
 
 use proxops_core::plan::{Action, Download};
 use proxops_pve::{
     ChecksumAlgorithm, ContentType, DownloadUrl, PveClient, TaskError, Upid, wait_for_task,
 };
+use sha2::Digest as _;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::lock::{Acquire, ClusterLock, LockError};
 use crate::error_chain::error_text;
 use crate::execute::{Event, FailureClass, Options, Outcome, Progress};
 
@@ -36,6 +47,11 @@ pub(super) async fn run(
                 error,
             };
         }
+    };
+    // Held until the download task ends (dropped on return).
+    let _lock = match shared_download_lock(pve, action, download, options, cancel).await {
+        Ok(lock) => lock,
+        Err(outcome) => return outcome,
     };
     let started = super::guest::now();
     let upid = match pve
@@ -93,6 +109,102 @@ pub(super) async fn run(
     }
 }
 
+/// The cluster-wide lock for a download to a shared storage (see the module doc): `Ok(None)`
+/// when there is none to take (no `[pmxcfs]`, not shared, no quorum), `Ok(Some)` when held
+/// and the file is still absent, `Err` with the outcome to record otherwise (the file is
+/// there now: succeeded without a request; the lock could not be had: failed, `lock`).
+async fn shared_download_lock(
+    pve: &PveClient,
+    action: &Action,
+    download: &Download,
+    options: &Options,
+    cancel: &CancellationToken,
+) -> Result<Option<ClusterLock>, Outcome> {
+    let Some(lock_dir) = &options.cluster_lock_dir else {
+        return Ok(None);
+    };
+    let shared = match pve.storages(&action.node).await {
+        Ok(storages) => storages
+            .iter()
+            .any(|s| s.storage == download.storage && s.shared == Some(true)),
+        Err(error) => {
+            return Err(Outcome::Failed {
+                class: FailureClass::of_pve(&error),
+                upid: None,
+                error: format!(
+                    "asking PVE whether storage {} is shared: {}",
+                    download.storage,
+                    error_text(&error)
+                ),
+            });
+        }
+    };
+    if !shared {
+        return Ok(None);
+    }
+    let volid = volid(download);
+    let name = format!(
+        "download-{}-{}",
+        download.storage,
+        &hex::encode(sha2::Sha256::digest(volid.as_bytes()))[..16]
+    );
+    let how = Acquire {
+        // Another node's download of the same file may take as long as a task may.
+        wait: options.wait.timeout,
+        ..Acquire::default()
+    };
+    let lock = match ClusterLock::acquire(lock_dir, &name, how, cancel).await {
+        Ok(lock) => Some(lock),
+        Err(error @ LockError::NoQuorum(..)) => {
+            tracing::warn!(
+                resource = %action.resource,
+                error = %error_text(&error),
+                "no quorum: downloading to the shared storage without the cluster lock, after looking at it again"
+            );
+            None
+        }
+        Err(error) => {
+            return Err(Outcome::Failed {
+                class: FailureClass::Lock,
+                upid: None,
+                error: error_text(&error),
+            });
+        }
+    };
+    let content = download.content.parse::<ContentType>().ok();
+    match pve
+        .storage_content(&action.node, &download.storage, content)
+        .await
+    {
+        Ok(items) if items.iter().any(|item| item.volid == volid) => {
+            tracing::info!(resource = %action.resource, %volid, "another node downloaded the file to the shared storage; recorded present");
+            Err(Outcome::Succeeded {
+                upid: None,
+                exitstatus: format!(
+                    "OK: {volid} is present (another node downloaded it to the shared storage)"
+                ),
+            })
+        }
+        Ok(_) => Ok(lock),
+        Err(error) => Err(Outcome::Failed {
+            class: FailureClass::of_pve(&error),
+            upid: None,
+            error: format!(
+                "listing storage {} again before the download: {}",
+                download.storage,
+                error_text(&error)
+            ),
+        }),
+    }
+}
+
+fn volid(download: &Download) -> String {
+    format!(
+        "{}:{}/{}",
+        download.storage, download.content, download.filename
+    )
+}
+
 /// What PVE shows of a download whose answer was lost.
 enum Found {
     /// The `download` task the POST started.
@@ -147,10 +259,7 @@ async fn find_out(
         .await
     {
         Ok(items) => {
-            let volid = format!(
-                "{}:{}/{}",
-                download.storage, download.content, download.filename
-            );
+            let volid = volid(download);
             if items.iter().any(|item| item.volid == volid) {
                 Found::File
             } else {

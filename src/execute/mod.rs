@@ -48,6 +48,9 @@ pub struct Options {
     /// `[scope]`: an action outside it is refused, never sent (defence in depth: the
     /// pipeline keeps such actions out of plans).
     pub scope: proxops_core::scope::Scope,
+    /// `[pmxcfs] lock_dir`: a download to a shared storage runs under a cluster-wide lock
+    /// there (`crate::cluster::lock`); `None` without `[pmxcfs]`.
+    pub cluster_lock_dir: Option<std::path::PathBuf>,
 }
 
 /// Progress of an apply, for people watching it.

@@ -52,6 +52,8 @@ pub struct HttpState {
     pub preview: Arc<std::sync::Mutex<Option<crate::agent::PreviewInputs>>>,
     /// `[http] commit_url`: how the web UI links a commit.
     pub commit_url: Option<String>,
+    /// `[pmxcfs]` in force and how publishing goes: the cluster view.
+    pub publisher: Arc<crate::cluster::publish::Publisher>,
 }
 
 /// The whole router of `[http] listen`: the status API behind `access`, plus the webhook
@@ -76,6 +78,7 @@ fn api_router(state: HttpState) -> Router {
         .route("/api/v1/revisions/{id}", get(api_revision))
         .route("/api/v1/passes/{id}", get(api_pass))
         .route("/api/v1/drift", get(api_drift))
+        .route("/api/v1/cluster", get(api_cluster))
         .with_state(state.clone())
         .merge(ui::router(state))
 }
@@ -721,6 +724,26 @@ async fn api_status(State(state): State<HttpState>) -> Response {
             Json(status).into_response()
         }
         Err(response) => response,
+    }
+}
+
+/// The cluster view (`None`: no `[pmxcfs]`, cluster mode off), with PVE's member list.
+pub async fn cluster_view(state: &HttpState) -> Option<crate::cluster::view::ClusterView> {
+    let settings = state.publisher.settings()?;
+    let publish = state.publisher.state();
+    Some(crate::cluster::view::gather(&settings.pmxcfs, Some(&state.pve), Some(&publish)).await)
+}
+
+/// `/api/v1/cluster`: the view, or `{"state": "off"}` without `[pmxcfs]`.
+async fn api_cluster(State(state): State<HttpState>) -> Response {
+    match cluster_view(&state).await {
+        Some(view) => Json(view).into_response(),
+        None => Json(json!({
+            "state": "off",
+            "reason": "no [pmxcfs] table in agent.toml: cluster mode is off",
+            "nodes": [],
+        }))
+        .into_response(),
     }
 }
 

@@ -154,6 +154,7 @@ async fn a_manifest_cannot_write_a_guest_on_a_node_outside_the_scope() {
             nodes: Some(vec!["pve1".to_owned()]),
             ..Scope::default()
         },
+        cluster_lock_dir: None,
     };
     let progress: Progress = Arc::new(|_| {});
     let report = execute::apply(

@@ -34,14 +34,17 @@ pub enum Nav {
     Drift,
     /// `/ui/plan`.
     Plan,
+    /// `/ui/cluster`.
+    Cluster,
 }
 
-const NAV: [(Nav, &str, &str); 5] = [
+const NAV: [(Nav, &str, &str); 6] = [
     (Nav::Overview, "/", "Overview"),
     (Nav::Passes, "/ui/passes", "Passes"),
     (Nav::Resources, "/ui/resources", "Resources"),
     (Nav::Drift, "/ui/drift", "Drift"),
     (Nav::Plan, "/ui/plan", "Plan"),
+    (Nav::Cluster, "/ui/cluster", "Cluster"),
 ];
 
 /// How often (seconds) a page's script reloads its content; `None`: never (the plan

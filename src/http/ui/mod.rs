@@ -8,12 +8,14 @@
 //! - `/ui/resources`: the objects per node ([`resources`]);
 //! - `/ui/drift`: open and resolved drift ([`drift`]);
 //! - `/ui/plan`: the plan the next pass would run, read-only, and its levels as SVG ([`plan`]);
+//! - `/ui/cluster`: every node of the cluster and the commit it applied ([`cluster`]);
 //! - `/ui/assets/*`: the stylesheet and the script.
 //!
 //! Each page is a pure function from its data to HTML; [`html`] holds the one escaping rule.
 //! Every page answer carries a Content-Security-Policy that allows only this origin's
 //! stylesheet and script, so even a value that escaped escaping could not run.
 
+pub mod cluster;
 pub mod drift;
 pub mod html;
 pub mod overview;
@@ -91,6 +93,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/ui/resources", get(resources_page))
         .route("/ui/drift", get(drift_page))
         .route("/ui/plan", get(plan_page))
+        .route("/ui/cluster", get(cluster_page))
         .route("/ui/assets/style.css", get(style))
         .route("/ui/assets/refresh.js", get(script))
         .with_state(Ui {
@@ -188,6 +191,16 @@ async fn overview_page(State(ui): State<Ui>) -> Response {
         commit_url: state.commit_url.clone(),
     };
     page_response(StatusCode::OK, overview::render(&data))
+}
+
+async fn cluster_page(State(ui): State<Ui>) -> Response {
+    let state = &ui.http;
+    let data = cluster::ClusterPage {
+        node: state.node_label.clone(),
+        view: crate::http::cluster_view(state).await,
+        commit_url: state.commit_url.clone(),
+    };
+    page_response(StatusCode::OK, cluster::render(&data))
 }
 
 async fn passes_page(State(ui): State<Ui>, Query(query): Query<passes::Query>) -> Response {
@@ -504,6 +517,7 @@ mod tests {
                 node_label: "pve1".to_owned(),
                 preview: Arc::new(std::sync::Mutex::new(None)),
                 commit_url: None,
+                publisher: Arc::default(),
             }
         }
 
