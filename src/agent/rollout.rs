@@ -57,6 +57,11 @@ pub struct RolloutView {
     pub healthy_since: Option<String>,
     /// Why this node is not healthy on `health_revision`.
     pub unhealthy: Option<String>,
+    /// The revision of the last finished pass that had failed actions, until a pass applies
+    /// it (the status's own counts are those of a pass still running, while one runs).
+    pub failed_revision: Option<String>,
+    /// How many actions failed in that pass.
+    pub failed_actions: u32,
 }
 
 /// This node's health on the revision it last enforced.
@@ -65,6 +70,8 @@ struct Health {
     revision: Option<String>,
     since: Option<SystemTime>,
     unhealthy: Option<String>,
+    /// The last finished pass with failed actions: its revision and how many failed.
+    failed: Option<(String, u32)>,
 }
 
 #[derive(Debug, Default)]
@@ -121,6 +128,8 @@ impl Rollout {
         view.health_revision.clone_from(&inner.health.revision);
         view.healthy_since = inner.health.since.map(rfc3339);
         view.unhealthy.clone_from(&inner.health.unhealthy);
+        view.failed_revision = inner.health.failed.as_ref().map(|(c, _)| c.clone());
+        view.failed_actions = inner.health.failed.as_ref().map_or(0, |(_, n)| *n);
         view
     }
 
@@ -232,6 +241,11 @@ impl Rollout {
             .collect();
         let mut inner = self.lock();
         let health = &mut inner.health;
+        if failed > 0 {
+            health.failed = Some((commit.to_owned(), failed));
+        } else if outcome.is_applied() {
+            health.failed = None;
+        }
         let unhealthy = if failed > 0 {
             Some(format!("{failed} action(s) failed"))
         } else if !power.is_empty() {
@@ -245,19 +259,15 @@ impl Rollout {
         let same = health.revision.as_deref() == Some(commit);
         match unhealthy {
             Some(why) => {
-                *health = Health {
-                    revision: Some(commit.to_owned()),
-                    since: None,
-                    unhealthy: Some(why),
-                };
+                health.revision = Some(commit.to_owned());
+                health.since = None;
+                health.unhealthy = Some(why);
             }
             None if same && health.unhealthy.is_none() && health.since.is_some() => {}
             None => {
-                *health = Health {
-                    revision: Some(commit.to_owned()),
-                    since: Some(SystemTime::now()),
-                    unhealthy: None,
-                };
+                health.revision = Some(commit.to_owned());
+                health.since = Some(SystemTime::now());
+                health.unhealthy = None;
             }
         }
     }
@@ -271,7 +281,10 @@ fn applied_before(store: &SharedStore, node: &str, commit: &str) -> bool {
     match store.passes_of_commit(Some(node), commit, 200) {
         Ok(passes) => passes.iter().any(|p| match &p.enforced {
             Some(e) => e.commit == commit && e.outcome.is_some_and(PassOutcome::is_applied),
-            None => p.commit.as_deref() == Some(commit) && p.outcome.is_some_and(PassOutcome::is_applied),
+            None => {
+                p.commit.as_deref() == Some(commit)
+                    && p.outcome.is_some_and(PassOutcome::is_applied)
+            }
         }),
         Err(error) => {
             tracing::warn!(error = %crate::error_chain::error_text(&error), "reading the passes of a commit; treating it as new for the rollout");
@@ -286,10 +299,11 @@ pub fn peer_of(node: &str, status: &NodeStatus, now: SystemTime) -> Peer {
         .ok()
         .map(|t| SystemTime::from(t.with_timezone(&Utc)));
     let interval = std::time::Duration::from_secs(status.heartbeat_secs.max(1));
-    let stale = heartbeat.is_none_or(|at| now.duration_since(at).unwrap_or_default() > interval * 3);
+    let stale =
+        heartbeat.is_none_or(|at| now.duration_since(at).unwrap_or_default() > interval * 3);
     let rollout = status.rollout.clone().unwrap_or_default();
-    let on_applied = rollout.health_revision.is_some()
-        && rollout.health_revision == status.applied_revision;
+    let on_applied =
+        rollout.health_revision.is_some() && rollout.health_revision == status.applied_revision;
     let parse = |t: &Option<String>| {
         t.as_deref()
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
@@ -300,10 +314,16 @@ pub fn peer_of(node: &str, status: &NodeStatus, now: SystemTime) -> Peer {
         applied: status.applied_revision.clone(),
         healthy_since: on_applied.then(|| parse(&rollout.healthy_since)).flatten(),
         unhealthy: on_applied.then(|| rollout.unhealthy.clone()).flatten(),
-        attempted: status
-            .attempted_revision
-            .clone()
-            .map(|c| (c, u64::from(status.counts.failed))),
+        // The status's counts are a running pass's while one runs (no outcome yet): then the
+        // last finished pass with failures, as the rollout view keeps it, decides.
+        attempted: match (&status.outcome, &rollout.failed_revision) {
+            (Some(_), _) => status
+                .attempted_revision
+                .clone()
+                .map(|c| (c, u64::from(status.counts.failed))),
+            (None, Some(failed)) => Some((failed.clone(), u64::from(rollout.failed_actions))),
+            (None, None) => None,
+        },
         unavailable: stale.then_some(Unavailable::Stale),
     }
 }
@@ -405,6 +425,7 @@ mod tests {
             heartbeat_secs: 10,
             applied_revision: Some("a".repeat(40)),
             attempted_revision: Some("b".repeat(40)),
+            outcome: Some("failed".to_owned()),
             counts: crate::cluster::status_file::Counts {
                 failed: 3,
                 ..Default::default()
@@ -429,6 +450,17 @@ mod tests {
             Some("2026-12-01T10:00:00+00:00".to_owned())
         );
         assert_eq!(peer.unavailable, None);
+        // While a pass runs its counts are zero: the last finished failure still counts.
+        let mut running = published(now);
+        running.outcome = None;
+        running.counts = crate::cluster::status_file::Counts::default();
+        assert_eq!(peer_of("pve3", &running, now).attempted, None);
+        running.rollout.as_mut().unwrap().failed_revision = Some("b".repeat(40));
+        running.rollout.as_mut().unwrap().failed_actions = 2;
+        assert_eq!(
+            peer_of("pve3", &running, now).attempted,
+            Some(("b".repeat(40), 2))
+        );
         let stale = peer_of("pve3", &published(now - Duration::from_secs(31)), now);
         assert_eq!(stale.unavailable, Some(Unavailable::Stale));
         // Health about another revision than the applied one is not health.

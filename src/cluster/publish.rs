@@ -193,6 +193,8 @@ fn document(
         };
         status.desired_stale = live.desired_stale();
         status.read_only = live.breaker().read_only;
+        status.rollout = live.rollout();
+        status.writes = status.writes.with_rollout(status.rollout.as_ref());
         Ok((status, failed))
     };
     let (status, failed) =

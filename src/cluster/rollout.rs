@@ -348,7 +348,12 @@ mod tests {
     fn a_later_wave_waits_until_every_earlier_node_applied_the_commit_and_baked() {
         // Table: (what pve3 reports, seconds since first seen) → wait reason fragment / proceed.
         let cases: [(Peer, i64, Option<&str>, Option<i64>); 4] = [
-            (peer("pve3"), 5, Some("wave 2 waits for pve3 (wave 1) to apply bbbbbbbbbbbb"), None),
+            (
+                peer("pve3"),
+                5,
+                Some("wave 2 waits for pve3 (wave 1) to apply bbbbbbbbbbbb"),
+                None,
+            ),
             (
                 applied("pve3", 60),
                 120,
@@ -459,7 +464,10 @@ mod tests {
                 panic!("{why:?}: waits before wave_timeout");
             };
             assert!(reason.contains(why.as_str()), "{reason}");
-            assert!(reason.contains("skipped at 2027-03-01T12:30:00Z"), "{reason}");
+            assert!(
+                reason.contains("skipped at 2027-03-01T12:30:00Z"),
+                "{reason}"
+            );
             assert_eq!(until, Some(at(1800)));
             assert!(skipped.is_empty());
             let decision = decide_for("pve1", &peers, 1800);
@@ -476,7 +484,10 @@ mod tests {
             );
             assert_eq!(
                 expected.sentence(Duration::from_secs(1800)),
-                format!("wave 1 node pve3 skipped: {} past wave_timeout 30m", why.as_str())
+                format!(
+                    "wave 1 node pve3 skipped: {} past wave_timeout 30m",
+                    why.as_str()
+                )
             );
         }
     }

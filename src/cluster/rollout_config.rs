@@ -184,8 +184,7 @@ pub fn parse(
             Ok(d) if !d.is_zero() || key == "rollout.bake" => Ok(d),
             Ok(_) => Err(invalid(
                 key,
-                "must be longer than 0 (a node that is down would be skipped at once)"
-                    .to_owned(),
+                "must be longer than 0 (a node that is down would be skipped at once)".to_owned(),
             )),
             Err(e) => Err(invalid(
                 key,
@@ -278,7 +277,10 @@ mod tests {
              or remove it"
         );
         let err = load("pve1", "[rollout]\nbake = \"1m\"\n").unwrap_err();
-        assert!(err.contains("rollout.waves: no waves; write the nodes"), "{err}");
+        assert!(
+            err.contains("rollout.waves: no waves; write the nodes"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -290,7 +292,10 @@ mod tests {
              wave it belongs to (the last one to take new commits after every other node)"
         );
         let err = load("*", "[rollout]\nwaves = [[\"pve1\"]]\n").unwrap_err();
-        assert!(err.contains("agent.toml: rollout: a whole-cluster agent"), "{err}");
+        assert!(
+            err.contains("agent.toml: rollout: a whole-cluster agent"),
+            "{err}"
+        );
         let doc: Doc = toml::from_str("[rollout]\nwaves = [[\"pve1\"]]\n").unwrap();
         let scope = NodeScope::Node("pve1".to_owned());
         let err = parse(doc.rollout, Path::new("agent.toml"), "", &scope, false)
@@ -306,9 +311,15 @@ mod tests {
     fn bad_durations_names_and_health_are_refused_with_the_key() {
         let waves = "[rollout]\nwaves = [[\"pve1\"]]\n";
         let err = load("pve1", &format!("{waves}bake = \"soon\"\n")).unwrap_err();
-        assert!(err.starts_with("agent.toml: rollout.bake: `soon`:"), "{err}");
+        assert!(
+            err.starts_with("agent.toml: rollout.bake: `soon`:"),
+            "{err}"
+        );
         let err = load("pve1", &format!("{waves}wave_timeout = \"0s\"\n")).unwrap_err();
-        assert!(err.contains("rollout.wave_timeout: must be longer than 0"), "{err}");
+        assert!(
+            err.contains("rollout.wave_timeout: must be longer than 0"),
+            "{err}"
+        );
         assert_eq!(
             load("pve1", &format!("{waves}bake = \"0s\"\n"))
                 .unwrap()

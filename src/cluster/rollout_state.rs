@@ -179,7 +179,11 @@ mod tests {
         }
         let left = std::fs::read_dir(rollout_dir(&pmxcfs)).unwrap().count();
         assert_eq!(left, KEEP);
-        assert!(!rollout_dir(&pmxcfs).join(format!("{:040x}.json", 0)).exists());
+        assert!(
+            !rollout_dir(&pmxcfs)
+                .join(format!("{:040x}.json", 0))
+                .exists()
+        );
         let err = first_seen(&pmxcfs, "../../etc/passwd", "pve3", base, &cancel)
             .await
             .unwrap_err();

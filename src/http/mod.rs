@@ -721,6 +721,8 @@ async fn api_status(State(state): State<HttpState>) -> Response {
             let breaker = state.live.breaker();
             status.read_only = breaker.read_only;
             status.write_breaker = Some(breaker);
+            status.rollout = state.live.rollout();
+            status.writes = status.writes.with_rollout(status.rollout.as_ref());
             Json(status).into_response()
         }
         Err(response) => response,
