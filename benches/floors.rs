@@ -111,6 +111,7 @@ fn context(sim: &RunningSim, read_concurrency: usize) -> Context {
                 max_creates: u32::MAX,
                 ..proxops_core::scope::Scope::default()
             },
+            cluster_lock_dir: None,
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

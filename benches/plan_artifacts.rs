@@ -93,6 +93,7 @@ async fn run() {
             lock_retry_for: Duration::from_secs(1),
             local_node: None,
             scope: proxops_core::scope::Scope::default(),
+            cluster_lock_dir: None,
         },
         secrets: proxops::config::SecretsConfig::default(),
         mode: proxops::config::Mode::Apply,

@@ -1452,6 +1452,28 @@ write_breaker_cool_down = "90s"
     }
 
     #[test]
+    fn cluster_mode_is_off_without_a_pmxcfs_table_and_a_bad_key_in_it_is_named() {
+        let off = load_with(&format!("{PVE}insecure = true\n")).unwrap();
+        assert_eq!(off.pmxcfs, None);
+        let on = load_with(&format!("{PVE}insecure = true\n[pmxcfs]\n")).unwrap();
+        let pmxcfs = on.pmxcfs.unwrap();
+        assert!(pmxcfs.publish);
+        assert_eq!(pmxcfs.dir, std::path::Path::new("/etc/pve/proxops"));
+        let err = load_with(&format!(
+            "{PVE}insecure = true\n[pmxcfs]\nheartbeat = \"soon\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("pmxcfs.heartbeat: `soon`"), "{err}");
+        let err = load_with(&format!(
+            "{PVE}insecure = true\n[pmxcfs]\nlockdir = \"/x\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("lockdir"), "{err}");
+    }
+
+    #[test]
     fn a_commit_url_template_needs_an_http_scheme_and_the_sha_placeholder() {
         let config = load_with(&format!(
             "[http]\ncommit_url = \"https://forge.example.org/o/r/commit/{{sha}}\"\n{PVE}insecure = true\n"

@@ -30,10 +30,17 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Every node of the cluster instead: the status files under `[pmxcfs] dir`, read
+    /// directly, with PVE's `/cluster/status` when PVE answers.
+    #[arg(long)]
+    pub cluster: bool,
 }
 
 /// Prints the status.
 pub async fn run(args: &Args) -> anyhow::Result<Exit> {
+    if args.cluster {
+        return cluster(args).await;
+    }
     // Read from the database (no agent answers), writes are judged with this config's
     // `[[policy.window]]`, as the agent would.
     let windows = AgentConfig::load(&args.config)
@@ -47,6 +54,30 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
         output::print_json(&status)?;
     } else {
         output::print_status(&status);
+    }
+    Ok(Exit::Success)
+}
+
+/// `--cluster`: the view from the files (no agent needed) and PVE's member list. Exits
+/// non-zero without `[pmxcfs]`.
+async fn cluster(args: &Args) -> anyhow::Result<Exit> {
+    let config = AgentConfig::load(&args.config)?;
+    let Some(pmxcfs) = &config.pmxcfs else {
+        anyhow::bail!(
+            "{}: no [pmxcfs] table: cluster mode is off, so no node publishes a status file \
+             (add `[pmxcfs]` to agent.toml on every node)",
+            args.config.display()
+        );
+    };
+    let pve = proxops_pve::PveClient::new(config.pve.client_config());
+    if let Err(error) = &pve {
+        tracing::info!(%error, "no PVE client; the view lists the status files only");
+    }
+    let view = crate::cluster::view::gather(pmxcfs, pve.as_ref().ok(), None).await;
+    if args.json {
+        output::print_json(&view)?;
+    } else {
+        output::print_line(view.table().trim_end());
     }
     Ok(Exit::Success)
 }

@@ -36,7 +36,7 @@ pub struct Settings {
 }
 
 /// How the last publish went, for the local views.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PublishState {
     /// RFC 3339: the last successful write.
     pub published_at: Option<String>,
@@ -203,7 +203,9 @@ fn document(
         &status,
         settings.cluster.as_deref(),
         settings.pmxcfs.heartbeat.as_secs(),
-        rfc3339(SystemTime::now()),
+        // Milliseconds: staleness is judged against a heartbeat of a few seconds.
+        chrono::DateTime::<chrono::Utc>::from(SystemTime::now())
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         failed,
     ))
 }

@@ -218,6 +218,88 @@ pub async fn gather(
     )
 }
 
+impl ClusterView {
+    /// The view for people: one line for the cluster, then one row per node.
+    pub fn table(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = match &self.reason {
+            Some(reason) => format!("cluster view unknown: {reason}\n"),
+            None => "cluster view ok\n".to_owned(),
+        };
+        if let Some(error) = &self.members_error {
+            let _ = writeln!(out, "PVE's member list not shown: {error}");
+        }
+        let rows: Vec<[String; 7]> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let s = n.status.as_ref();
+                let commit = |c: Option<&String>| {
+                    c.map_or_else(
+                        || "-".to_owned(),
+                        |c| crate::agent::status::short(c).to_owned(),
+                    )
+                };
+                let mut flags = Vec::new();
+                if let Some(s) = s {
+                    for (on, word) in [
+                        (s.frozen, "frozen"),
+                        (s.read_only, "read-only"),
+                        (s.stale, "git-stale"),
+                    ] {
+                        if on {
+                            flags.push(word);
+                        }
+                    }
+                }
+                if !n.member {
+                    flags.push("not-in-cluster-status");
+                }
+                [
+                    n.node.clone(),
+                    n.state.clone(),
+                    commit(s.and_then(|s| s.applied_revision.as_ref())),
+                    commit(s.and_then(|s| s.attempted_revision.as_ref())),
+                    s.and_then(|s| s.outcome.clone())
+                        .unwrap_or_else(|| "-".to_owned()),
+                    n.heartbeat_age_secs
+                        .map_or_else(|| "-".to_owned(), |a| format!("{a}s")),
+                    if flags.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        flags.join(",")
+                    },
+                ]
+            })
+            .collect();
+        let header = [
+            "NODE",
+            "STATE",
+            "APPLIED",
+            "ATTEMPTED",
+            "OUTCOME",
+            "HEARTBEAT",
+            "FLAGS",
+        ]
+        .map(str::to_owned);
+        let mut widths = header.clone().map(|h| h.len());
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        for row in std::iter::once(&header).chain(&rows) {
+            let line: Vec<String> = row
+                .iter()
+                .zip(widths)
+                .map(|(cell, w)| format!("{cell:<w$}"))
+                .collect();
+            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        }
+        out
+    }
+}
+
 fn heartbeat_age(at: &str, now: SystemTime) -> Option<Duration> {
     let at: SystemTime = chrono::DateTime::parse_from_rfc3339(at).ok()?.into();
     // Clocks of cluster nodes are kept in step (corosync needs it); a heartbeat from a

@@ -42,7 +42,7 @@ pub struct HttpState {
     pub store: SharedStore,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
-    /// The PVE client (for its request counters only).
+    /// The PVE client (for its request counters, and `/cluster/status` for the cluster view).
     pub pve: PveClient,
     /// Webhook counters, when webhooks are on.
     pub webhook_metrics: Option<Arc<WebhookMetrics>>,
@@ -373,6 +373,10 @@ pub struct StatusJson {
     /// and when the next write is allowed.
     #[serde(default)]
     pub writes: crate::agent::window::WritesView,
+    /// `[pmxcfs]`: how publishing this node's status file goes (`None`: cluster mode off,
+    /// or read from the database without an agent).
+    #[serde(default)]
+    pub pmxcfs: Option<crate::cluster::publish::PublishState>,
     /// `[rollout]`: this node's wave and whether the rollout holds its writes (live agent
     /// only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -467,6 +471,7 @@ pub fn status_from_store_with(
         enforced_commit,
         head_invalid,
         writes,
+        pmxcfs: None,
         rollout: None,
     })
 }
@@ -721,6 +726,7 @@ async fn api_status(State(state): State<HttpState>) -> Response {
             let breaker = state.live.breaker();
             status.read_only = breaker.read_only;
             status.write_breaker = Some(breaker);
+            status.pmxcfs = state.publisher.settings().map(|_| state.publisher.state());
             status.rollout = state.live.rollout();
             status.writes = status.writes.with_rollout(status.rollout.as_ref());
             Json(status).into_response()

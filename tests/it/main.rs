@@ -10,6 +10,7 @@ mod agent;
 mod artifacts;
 mod check;
 mod cli_validate;
+mod cluster;
 mod demo;
 mod drift_history;
 mod fidelity;

@@ -24,7 +24,7 @@ const ISO: &[u8] = b"installer bytes";
     clippy::print_stderr,
     reason = "the one line saying the browser test was skipped"
 )]
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     for name in ["chromium", "chromium-browser"] {
         let found = Command::new(name)
             .arg("--version")
@@ -91,7 +91,7 @@ async fn run_chromium(browser: &Path, profile: &Path, args: &[&str], url: &str) 
 
 /// The page's DOM after load, as chromium serialises it (also kept as `<name>.html` beside
 /// the screenshots).
-async fn dump_dom(browser: &Path, profile: &Path, url: &str, name: &str) -> String {
+pub(crate) async fn dump_dom(browser: &Path, profile: &Path, url: &str, name: &str) -> String {
     let dom = run_chromium(browser, profile, &["--dump-dom"], url).await;
     std::fs::write(screenshot_dir().join(format!("{name}.html")), &dom).unwrap();
     dom
@@ -99,7 +99,7 @@ async fn dump_dom(browser: &Path, profile: &Path, url: &str, name: &str) -> Stri
 
 /// Screenshots of `url` at desktop and phone width (and dark, when asked) as
 /// `<name>-desktop.png`, `<name>-phone.png`, `<name>-dark.png`.
-async fn screenshots(browser: &Path, profile: &Path, url: &str, name: &str, dark: bool) {
+pub(crate) async fn screenshots(browser: &Path, profile: &Path, url: &str, name: &str, dark: bool) {
     let dir = screenshot_dir();
     let mut shots = vec![
         (format!("{name}-desktop.png"), "1280,800", false),

@@ -130,10 +130,10 @@ pub fn badge(word: &str) -> String {
 /// The badge colour of an outcome, result or state: `ok`, `bad`, `warn` or `neutral`.
 pub fn class_of(word: &str) -> &'static str {
     match word {
-        "applied" | "no-change" | "converged" | "succeeded" | "corrected" | "closed" => "ok",
+        "applied" | "no-change" | "converged" | "succeeded" | "corrected" | "closed" | "ok" => "ok",
         "failed" | "invalid" | "open" | "destructive" | "frozen" => "bad",
         "drift" | "anomalous" | "skipped" | "interrupted" | "half-open" | "running" | "risky"
-        | "held" => "warn",
+        | "held" | "stale" | "missing" | "unreadable" => "warn",
         _ => "neutral",
     }
 }

@@ -401,6 +401,7 @@ pub(crate) mod testing {
                 allowed: true,
                 ..Default::default()
             },
+            pmxcfs: None,
             rollout: None,
         }
     }
