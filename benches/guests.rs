@@ -285,6 +285,7 @@ async fn agent_passes() {
         plan_options: PlanOptions::default(),
         enforced: Mutex::new(None),
         forge: None,
+        rollout: None,
     };
     let cancel = CancellationToken::new();
     let start = Instant::now();

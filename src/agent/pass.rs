@@ -399,7 +399,11 @@ async fn enforce(
     options.created =
         with_store(&deps.store, |s| log_store_error(s.creations(None))).unwrap_or_default();
     let rollout_held = match &deps.rollout {
-        Some(rollout) => rollout.hold(&deps.store, &revision.commit, cancel).await,
+        Some(rollout) => {
+            rollout
+                .hold(&deps.store, &deps.context.pve, &revision.commit, cancel)
+                .await
+        }
         None => None,
     };
     let mut hooks = AgentHooks {

@@ -138,6 +138,7 @@ impl Rollout {
     pub async fn hold(
         &self,
         store: &SharedStore,
+        pve: &proxops_pve::PveClient,
         commit: &str,
         cancel: &CancellationToken,
     ) -> Option<crate::agent::window::Held> {
@@ -163,7 +164,13 @@ impl Rollout {
                 at
             }
         };
-        let peers = self.peers(now);
+        let mut peers = self.peers(now);
+        // PVE's own word on which members are offline (`/cluster/status` `online`); when it
+        // cannot be asked, the status files alone decide.
+        match crate::cluster::view::members(pve).await {
+            Ok(members) => mark_offline(&mut peers, &members),
+            Err(error) => tracing::debug!(%error, "cluster members not read for the rollout"),
+        }
         let decision = rollout::decide(&rollout::Input {
             config: &self.config,
             node: &self.node,
@@ -269,6 +276,19 @@ impl Rollout {
                 health.since = Some(SystemTime::now());
                 health.unhealthy = None;
             }
+        }
+    }
+}
+
+/// Marks the peers PVE lists offline in `/cluster/status` as down.
+fn mark_offline(peers: &mut [Peer], members: &crate::cluster::view::Members) {
+    for peer in peers {
+        if members
+            .nodes
+            .iter()
+            .any(|m| m.name == peer.node && !m.online)
+        {
+            peer.unavailable = Some(Unavailable::Down);
         }
     }
 }
@@ -437,6 +457,31 @@ mod tests {
             }),
             ..NodeStatus::default()
         }
+    }
+
+    #[test]
+    fn a_node_pve_lists_offline_counts_as_down_whatever_its_file_says() {
+        let now = SystemTime::now();
+        let mut peers = vec![
+            peer_of("pve3", &published(now), now),
+            peer_of("pve2", &published(now), now),
+        ];
+        let members = crate::cluster::view::Members {
+            nodes: vec![
+                crate::cluster::view::Member {
+                    name: "pve3".to_owned(),
+                    online: false,
+                },
+                crate::cluster::view::Member {
+                    name: "pve2".to_owned(),
+                    online: true,
+                },
+            ],
+            quorate: Some(true),
+        };
+        mark_offline(&mut peers, &members);
+        assert_eq!(peers[0].unavailable, Some(Unavailable::Down));
+        assert_eq!(peers[1].unavailable, None);
     }
 
     #[test]

@@ -408,7 +408,7 @@ mod tests {
             ..peer("pve3")
         };
         assert_eq!(
-            decide_for("pve2", &[failed.clone()], 10),
+            decide_for("pve2", std::slice::from_ref(&failed), 10),
             Decision::Halt {
                 wave: 1,
                 node: "pve3".to_owned(),

@@ -346,7 +346,8 @@ mod tests {
         assert!(load("pve1", &format!("{waves}health = \"ping\"\n")).is_err());
         let err = load("pve1", &format!("{waves}health = \"guest-agent\"\n")).unwrap_err();
         assert!(
-            err.contains("rollout.health: \"guest-agent\" (a QEMU guest agent ping") && err.contains("is not implemented in this version"),
+            err.contains("rollout.health: \"guest-agent\" (a QEMU guest agent ping")
+                && err.contains("is not implemented in this version"),
             "{err}"
         );
     }
