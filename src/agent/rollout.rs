@@ -20,7 +20,6 @@ use std::time::SystemTime;
 use chrono::{DateTime, Utc};
 use proxops_core::plan::{FindingKind, Plan};
 use proxops_store::{PassOutcome, SharedStore};
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::config::PmxcfsConfig;
@@ -29,40 +28,7 @@ use crate::cluster::rollout_config::RolloutConfig;
 use crate::cluster::status_file::NodeStatus;
 use crate::timefmt::rfc3339;
 
-/// What `/api/v1/status` shows of the rollout, and what the status file publishes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RolloutView {
-    /// This node's wave, 1-based.
-    pub wave: usize,
-    /// How many waves there are.
-    pub waves: usize,
-    /// The commit the last decision was about.
-    pub commit: Option<String>,
-    /// `proceed`, `wait` or `halt`.
-    pub decision: Option<String>,
-    /// Why writes are held by the rollout, when they are.
-    pub held: Option<String>,
-    /// RFC 3339: when waiting ends at the latest, when known.
-    pub until: Option<String>,
-    /// The halt: the wave and node that failed, and what failed.
-    pub halted: Option<String>,
-    /// Earlier-wave nodes skipped for this commit, one sentence each.
-    pub skipped: Vec<String>,
-    /// RFC 3339: when the commit was first seen in the cluster.
-    pub first_seen: Option<String>,
-    /// The revision [`RolloutView::healthy_since`] and [`RolloutView::unhealthy`] are about.
-    pub health_revision: Option<String>,
-    /// RFC 3339: since when this node has been healthy on `health_revision`.
-    pub healthy_since: Option<String>,
-    /// Why this node is not healthy on `health_revision`.
-    pub unhealthy: Option<String>,
-    /// The revision of the last finished pass that had failed actions, until a pass applies
-    /// it (the status's own counts are those of a pass still running, while one runs).
-    pub failed_revision: Option<String>,
-    /// How many actions failed in that pass.
-    pub failed_actions: u32,
-}
+pub use crate::cluster::status_file::RolloutView;
 
 /// This node's health on the revision it last enforced.
 #[derive(Debug, Clone, Default)]

@@ -10,13 +10,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use proxops_store::{ActionOutcome, PassId, SharedStore};
+use proxops_store::{ActionOutcome, SharedStore};
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::config::PmxcfsConfig;
-use super::status_file::{MAX_FAILED, NodeStatus};
+use super::status_file::{Counts, FORMAT, MAX_FAILED, NodeStatus};
 use crate::agent::status::LiveStatus;
 use crate::error_chain::error_text;
 use crate::timefmt::rfc3339;
@@ -165,7 +165,8 @@ impl Publisher {
     }
 }
 
-/// This node's document now, from the store and the live status (as `/api/v1/status`).
+/// This node's document now, from the store and the live status: the same facts
+/// `/api/v1/status` shows, read here without the HTTP layer.
 fn document(
     settings: &Settings,
     node: &str,
@@ -175,11 +176,19 @@ fn document(
     let guard = store
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let read = || -> Result<_, proxops_store::StoreError> {
-        let mut status = crate::http::status_from_store_with(&guard, node, &live.windows())?;
-        let failed = match &status.last_attempted {
+    let read = || -> Result<NodeStatus, proxops_store::StoreError> {
+        let last = guard.last_attempted(node)?;
+        let applied = guard.last_applied(node)?;
+        let rollout = live.rollout();
+        let writes = crate::agent::window::writes_view(
+            chrono::Utc::now(),
+            &live.windows(),
+            guard.freeze()?.as_ref(),
+        )
+        .with_rollout(rollout.as_ref());
+        let failed = match &last {
             Some(pass) => guard
-                .actions_of(PassId(pass.id))?
+                .actions_of(pass.id)?
                 .iter()
                 .filter_map(|a| match &a.outcome {
                     Some(ActionOutcome::Failed { error }) => {
@@ -191,21 +200,38 @@ fn document(
                 .collect(),
             None => Vec::new(),
         };
-        status.desired_stale = live.desired_stale();
-        status.read_only = live.breaker().read_only;
-        status.rollout = live.rollout();
-        status.writes = status.writes.with_rollout(status.rollout.as_ref());
-        Ok((status, failed))
+        Ok(NodeStatus {
+            format: FORMAT,
+            node: node.to_owned(),
+            cluster: settings.cluster.clone(),
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            // Milliseconds: staleness is judged against a heartbeat of a few seconds.
+            heartbeat_at: chrono::DateTime::<chrono::Utc>::from(SystemTime::now())
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            heartbeat_secs: settings.pmxcfs.heartbeat.as_secs(),
+            applied_revision: applied.and_then(|p| p.commit),
+            attempted_revision: last.as_ref().and_then(|p| p.commit.clone()),
+            outcome: last
+                .as_ref()
+                .and_then(|p| p.outcome)
+                .map(|o| o.as_str().to_owned()),
+            pass_id: last.as_ref().map(|p| p.id.0),
+            counts: last.as_ref().map_or_else(Counts::default, |p| Counts {
+                ok: p.counts.actions_ok,
+                failed: p.counts.actions_failed,
+                skipped: p.counts.actions_skipped,
+                findings: p.counts.findings,
+            }),
+            open_findings: guard.open_findings(None)?.len(),
+            failed,
+            truncated: false,
+            read_only: live.breaker().read_only,
+            frozen: writes.frozen.is_some(),
+            stale: live.desired_stale(),
+            held: writes.held,
+            next_write_allowed: writes.next_allowed,
+            rollout,
+        })
     };
-    let (status, failed) =
-        read().map_err(|e| format!("reading the state database: {}", error_text(&e)))?;
-    Ok(NodeStatus::from_status(
-        &status,
-        settings.cluster.as_deref(),
-        settings.pmxcfs.heartbeat.as_secs(),
-        // Milliseconds: staleness is judged against a heartbeat of a few seconds.
-        chrono::DateTime::<chrono::Utc>::from(SystemTime::now())
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        failed,
-    ))
+    read().map_err(|e| format!("reading the state database: {}", error_text(&e)))
 }

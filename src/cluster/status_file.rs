@@ -11,8 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::http::StatusJson;
-
 /// The document's `format`; a reader shows a newer format's known fields.
 pub const FORMAT: u32 = 1;
 /// Upper bound of one encoded document: far below pmxcfs's 1 MiB file limit and the 64 KiB
@@ -68,8 +66,44 @@ pub struct NodeStatus {
     pub next_write_allowed: Option<String>,
     /// `[rollout]`: this node's wave, decision and health on its applied revision (issue 22,
     /// item 4); read by the later waves.
-    pub rollout: Option<crate::agent::rollout::RolloutView>,
+    pub rollout: Option<RolloutView>,
 }
+
+/// What `/api/v1/status` shows of the rollout, and what the status file publishes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RolloutView {
+    /// This node's wave, 1-based.
+    pub wave: usize,
+    /// How many waves there are.
+    pub waves: usize,
+    /// The commit the last decision was about.
+    pub commit: Option<String>,
+    /// `proceed`, `wait` or `halt`.
+    pub decision: Option<String>,
+    /// Why writes are held by the rollout, when they are.
+    pub held: Option<String>,
+    /// RFC 3339: when waiting ends at the latest, when known.
+    pub until: Option<String>,
+    /// The halt: the wave and node that failed, and what failed.
+    pub halted: Option<String>,
+    /// Earlier-wave nodes skipped for this commit, one sentence each.
+    pub skipped: Vec<String>,
+    /// RFC 3339: when the commit was first seen in the cluster.
+    pub first_seen: Option<String>,
+    /// The revision [`RolloutView::healthy_since`] and [`RolloutView::unhealthy`] are about.
+    pub health_revision: Option<String>,
+    /// RFC 3339: since when this node has been healthy on `health_revision`.
+    pub healthy_since: Option<String>,
+    /// Why this node is not healthy on `health_revision`.
+    pub unhealthy: Option<String>,
+    /// The revision of the last finished pass that had failed actions, until a pass applies
+    /// it (the status's own counts are those of a pass still running, while one runs).
+    pub failed_revision: Option<String>,
+    /// How many actions failed in that pass.
+    pub failed_actions: u32,
+}
+
 
 /// The last pass's counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,45 +120,6 @@ pub struct Counts {
 }
 
 impl NodeStatus {
-    /// The document for `node` from its status (as `/api/v1/status` shows it) and the
-    /// failed actions of its last pass.
-    pub fn from_status(
-        status: &StatusJson,
-        cluster: Option<&str>,
-        heartbeat_secs: u64,
-        heartbeat_at: String,
-        failed: Vec<String>,
-    ) -> Self {
-        let last = status.last_attempted.as_ref();
-        Self {
-            format: FORMAT,
-            node: status.node.clone(),
-            cluster: cluster.map(str::to_owned),
-            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
-            heartbeat_at,
-            heartbeat_secs,
-            applied_revision: status.last_applied.as_ref().and_then(|p| p.commit.clone()),
-            attempted_revision: last.and_then(|p| p.commit.clone()),
-            outcome: last.and_then(|p| p.outcome.clone()),
-            pass_id: last.map(|p| p.id),
-            counts: last.map_or_else(Counts::default, |p| Counts {
-                ok: p.actions_ok,
-                failed: p.actions_failed,
-                skipped: p.actions_skipped,
-                findings: p.findings,
-            }),
-            open_findings: status.open_findings,
-            failed,
-            truncated: false,
-            read_only: status.read_only,
-            frozen: status.writes.frozen.is_some(),
-            stale: status.desired_stale,
-            held: status.writes.held.clone(),
-            next_write_allowed: status.writes.next_allowed.clone(),
-            rollout: status.rollout.clone(),
-        }
-    }
-
     /// The JSON document, cut to at most [`MAX_BYTES`]: long strings are shortened to
     /// [`MAX_TEXT`] and the failed list to [`MAX_FAILED`] entries, then emptied if still too
     /// big; `truncated` says so. Never fails on content.

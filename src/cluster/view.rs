@@ -183,12 +183,12 @@ impl ClusterView {
 }
 
 /// The view now: the files under `config.dir`, `/cluster/status` from `pve` when given,
-/// and whether `/etc/pve` takes writes (its mount and modes, and `publish`: this agent's
-/// last publish, refused for lack of quorum).
+/// and whether `/etc/pve` takes writes (its mount and modes, and `refused`: why this agent's
+/// last publish was refused for lack of quorum, if it was).
 pub async fn gather(
     config: &super::config::PmxcfsConfig,
     pve: Option<&PveClient>,
-    publish: Option<&super::publish::PublishState>,
+    refused: Option<String>,
 ) -> ClusterView {
     let members = match pve {
         Some(pve) => Some(members(pve).await),
@@ -201,12 +201,8 @@ pub async fn gather(
     })
     .await
     .unwrap_or_else(|e| (Err(format!("reading the status files: {e}")), None));
-    let read_only = read_only.or_else(|| {
-        publish
-            .filter(|p| p.read_only)
-            .and_then(|p| p.error.clone())
-            .map(|e| format!("this node's status file was refused: {e}"))
-    });
+    let read_only =
+        read_only.or_else(|| refused.map(|e| format!("this node's status file was refused: {e}")));
     ClusterView::build(
         Inputs {
             members,
@@ -235,10 +231,7 @@ impl ClusterView {
             .map(|n| {
                 let s = n.status.as_ref();
                 let commit = |c: Option<&String>| {
-                    c.map_or_else(
-                        || "-".to_owned(),
-                        |c| crate::agent::status::short(c).to_owned(),
-                    )
+                    c.map_or_else(|| "-".to_owned(), |c| c.get(..7).unwrap_or(c).to_owned())
                 };
                 let mut flags = Vec::new();
                 if let Some(s) = s {

@@ -739,7 +739,8 @@ async fn api_status(State(state): State<HttpState>) -> Response {
 pub async fn cluster_view(state: &HttpState) -> Option<crate::cluster::view::ClusterView> {
     let settings = state.publisher.settings()?;
     let publish = state.publisher.state();
-    Some(crate::cluster::view::gather(&settings.pmxcfs, Some(&state.pve), Some(&publish)).await)
+    let refused = publish.error.filter(|_| publish.read_only);
+    Some(crate::cluster::view::gather(&settings.pmxcfs, Some(&state.pve), refused).await)
 }
 
 /// `/api/v1/cluster`: the view, or `{"state": "off"}` without `[pmxcfs]`.
