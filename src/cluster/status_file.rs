@@ -104,7 +104,6 @@ pub struct RolloutView {
     pub failed_actions: u32,
 }
 
-
 /// The last pass's counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

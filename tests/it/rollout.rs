@@ -317,9 +317,21 @@ async fn a_failing_action_on_the_first_wave_halts_the_second_with_the_wave_and_n
                 .contains(&expected),
             "{create:#}"
         );
-        // Its published status says so to the rest of the cluster.
-        let published = pmxcfs.status_file(node).unwrap();
-        assert_eq!(published["held"], expected.as_str(), "{published:#}");
+        // Its published status says so to the rest of the cluster (by the next heartbeat).
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let published = pmxcfs.status_file(node);
+            let said = published.as_ref().and_then(|p| p["held"].as_str());
+            if said == Some(expected.as_str()) {
+                assert_eq!(published.unwrap()["rollout"]["decision"], "halt");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{node} never published the halt: {published:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     assert!(
         world
