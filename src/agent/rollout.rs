@@ -92,7 +92,7 @@ impl Rollout {
         let inner = self.lock();
         let mut view = inner.view.clone();
         view.health_revision.clone_from(&inner.health.revision);
-        view.healthy_since = inner.health.since.map(rfc3339);
+        view.healthy_since = inner.health.since.map(millis);
         view.unhealthy.clone_from(&inner.health.unhealthy);
         view.failed_revision = inner.health.failed.as_ref().map(|(c, _)| c.clone());
         view.failed_actions = inner.health.failed.as_ref().map_or(0, |(_, n)| *n);
@@ -167,6 +167,13 @@ impl Rollout {
         {
             let mut inner = self.lock();
             let view = &mut inner.view;
+            let same = view.commit.as_deref() == Some(commit);
+            if name != "proceed" || !same {
+                view.proceeded_at = None;
+            }
+            if name == "proceed" && view.proceeded_at.is_none() {
+                view.proceeded_at = Some(millis(now));
+            }
             view.commit = Some(commit.to_owned());
             view.decision = Some(name.to_owned());
             view.held.clone_from(&held);
@@ -244,6 +251,11 @@ impl Rollout {
             }
         }
     }
+}
+
+/// RFC 3339 with milliseconds: bake and decision times are a few seconds apart in tests.
+fn millis(at: SystemTime) -> String {
+    DateTime::<Utc>::from(at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// Marks the peers PVE lists offline in `/cluster/status` as down.

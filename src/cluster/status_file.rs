@@ -91,6 +91,8 @@ pub struct RolloutView {
     pub skipped: Vec<String>,
     /// RFC 3339: when the commit was first seen in the cluster.
     pub first_seen: Option<String>,
+    /// RFC 3339 with milliseconds: when the rollout first let this node write `commit`.
+    pub proceeded_at: Option<String>,
     /// The revision [`RolloutView::healthy_since`] and [`RolloutView::unhealthy`] are about.
     pub health_revision: Option<String>,
     /// RFC 3339: since when this node has been healthy on `health_revision`.

@@ -196,8 +196,8 @@ async fn the_second_wave_writes_nothing_until_the_first_baked_and_skips_it_once_
             "{node}: {writes:?} before pve3's #{pve3_last}"
         );
         assert!(
-            time(&status["last_applied"]["started_at"]) >= baked,
-            "{node} applied before pve3 baked: {status:#}\npve3: {published:#}"
+            time(&status["rollout"]["proceeded_at"]) >= baked,
+            "{node} proceeded before pve3 baked: {status:#}\npve3: {published:#}"
         );
         assert_eq!(status["rollout"]["decision"], "proceed", "{status:#}");
         assert_eq!(status["writes"]["allowed"], true, "{status:#}");
@@ -247,9 +247,8 @@ async fn the_second_wave_writes_nothing_until_the_first_baked_and_skips_it_once_
         );
         let first_seen = time(&status["rollout"]["first_seen"]);
         assert!(
-            time(&status["last_applied"]["started_at"])
-                >= first_seen + chrono::Duration::seconds(8),
-            "applied before wave_timeout: {status:#}"
+            time(&status["rollout"]["proceeded_at"]) >= first_seen + chrono::Duration::seconds(8),
+            "proceeded before wave_timeout: {status:#}"
         );
         let log = agents[index].log_text();
         assert!(log.contains("wave 1 node pve3 skipped"), "{log}");
