@@ -235,3 +235,98 @@ fn document(
     };
     read().map_err(|e| format!("reading the state database: {}", error_text(&e)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxops_store::{PassCounts, PassOutcome, Store, Trigger};
+
+    fn settings(dir: &std::path::Path) -> Settings {
+        Settings {
+            pmxcfs: PmxcfsConfig {
+                dir: dir.join("proxops"),
+                lock_dir: dir.join("priv/lock"),
+                publish: true,
+                heartbeat: Duration::from_secs(30),
+            },
+            node: Some("pve2".to_owned()),
+            cluster: Some("lab".to_owned()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_finished_pass_is_published_with_its_commit_outcome_and_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::memory().unwrap();
+        let pass = store
+            .begin_pass("pve2", Some("c0ffee00"), Trigger::Poll, SystemTime::now())
+            .unwrap();
+        store
+            .finish_pass(
+                pass,
+                PassOutcome::Applied,
+                PassCounts {
+                    actions_ok: 2,
+                    ..PassCounts::default()
+                },
+                SystemTime::now(),
+            )
+            .unwrap();
+        let store: SharedStore = Arc::new(Mutex::new(store));
+        let live = Arc::new(LiveStatus::default());
+        let publisher = Arc::new(Publisher::default());
+        publisher.configure(Some(settings(dir.path())));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(publisher.clone().run(store, live, stop.clone()));
+        let path = dir.path().join("proxops/status/pve2.json");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while publisher.state().published_at.is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "nothing published: {:?}",
+                publisher.state()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.cancel();
+        task.await.unwrap();
+        let doc = NodeStatus::decode(&std::fs::read(path).unwrap()).unwrap();
+        assert_eq!(doc.node, "pve2");
+        assert_eq!(doc.cluster.as_deref(), Some("lab"));
+        assert_eq!(doc.applied_revision.as_deref(), Some("c0ffee00"));
+        assert_eq!(doc.outcome.as_deref(), Some("applied"));
+        assert_eq!(doc.counts.ok, 2);
+        assert_eq!(doc.heartbeat_secs, 30);
+        assert_eq!(publisher.state().error, None);
+    }
+
+    #[tokio::test]
+    async fn an_agent_of_every_node_or_publish_false_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: SharedStore = Arc::new(Mutex::new(Store::memory().unwrap()));
+        for settings in [
+            Settings {
+                node: None,
+                ..settings(dir.path())
+            },
+            Settings {
+                pmxcfs: PmxcfsConfig {
+                    publish: false,
+                    ..settings(dir.path()).pmxcfs
+                },
+                ..settings(dir.path())
+            },
+        ] {
+            let publisher = Arc::new(Publisher::default());
+            publisher.configure(Some(settings));
+            let stop = CancellationToken::new();
+            stop.cancel();
+            publisher
+                .clone()
+                .run(store.clone(), Arc::new(LiveStatus::default()), stop)
+                .await;
+            assert_eq!(publisher.state(), PublishState::default());
+        }
+        assert!(!dir.path().join("proxops").exists());
+    }
+}
