@@ -300,22 +300,28 @@ async fn a_failing_action_on_the_first_wave_halts_the_second_with_the_wave_and_n
         .await;
         assert_eq!(status["rollout"]["decision"], "halt", "{status:#}");
         assert_eq!(status["rollout"]["halted"], expected.as_str(), "{status:#}");
-        // The held pass records its create skipped with the halt as the reason.
-        let id = status["last_attempted"]["id"].as_i64().unwrap();
-        let detail = agents[index].get(&format!("/api/v1/passes/{id}")).await;
-        let actions = detail["actions"].as_array().cloned().unwrap_or_default();
-        let create = actions
-            .iter()
-            .find(|a| a["verb"] == "create")
-            .unwrap_or_else(|| panic!("{node}: no held create: {detail:#}"));
-        assert_eq!(create["result"], "skipped", "{create:#}");
-        assert!(
-            create["error"]
-                .as_str()
-                .unwrap_or_default()
-                .contains(&expected),
-            "{create:#}"
-        );
+        // A finished held pass records its create skipped with the halt as the reason (the
+        // last attempted pass may still be running: poll for one that ended).
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let status = agents[index].status().await.unwrap_or_default();
+            let id = status["last_attempted"]["id"].as_i64().unwrap_or_default();
+            let detail = agents[index].get(&format!("/api/v1/passes/{id}")).await;
+            let actions = detail["actions"].as_array().cloned().unwrap_or_default();
+            let halted = actions.iter().any(|a| {
+                a["verb"] == "create"
+                    && a["result"] == "skipped"
+                    && a["error"].as_str().is_some_and(|e| e.contains(&expected))
+            });
+            if halted {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{node}: no create held by the halt: {detail:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         // Its published status says so to the rest of the cluster (by the next heartbeat).
         let deadline = Instant::now() + PATIENCE;
         loop {
