@@ -289,6 +289,7 @@ async fn agent_passes() {
         enforced: Mutex::new(None),
         forge: None,
         approve: proxops::agent::approval::ApprovePolicy::default(),
+        rollout: None,
     };
     let cancel = CancellationToken::new();
     let start = Instant::now();

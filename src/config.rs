@@ -84,6 +84,9 @@ pub struct AgentConfig {
     /// `[pmxcfs]`: cluster mode (status files, cluster view, cluster-wide locks); `None`
     /// without the table: cluster mode is off.
     pub pmxcfs: Option<crate::cluster::config::PmxcfsConfig>,
+    /// `[rollout]`: the waves a new commit goes through (needs `[pmxcfs]`); `None`: every
+    /// node writes a new commit at once.
+    pub rollout: Option<crate::cluster::rollout_config::RolloutConfig>,
 }
 
 /// `[secrets]`: the SOPS document of cloud-init keys and passwords (issue 10).
@@ -291,6 +294,7 @@ struct RawConfig {
     snippets: Option<crate::snippets::config::RawSnippets>,
     scope: Option<scope::RawScope>,
     pmxcfs: Option<crate::cluster::config::RawPmxcfs>,
+    rollout: Option<crate::cluster::rollout_config::RawRollout>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -847,6 +851,13 @@ impl AgentConfig {
             .map(crate::cluster::config::RawPmxcfs::validate)
             .transpose()
             .map_err(|(key, message)| invalid(key, message))?;
+        let rollout = crate::cluster::rollout_config::parse(
+            raw.rollout,
+            path,
+            text,
+            &node,
+            pmxcfs.is_some(),
+        )?;
 
         Ok(AgentConfig {
             node,
@@ -866,6 +877,7 @@ impl AgentConfig {
             snippets,
             scope,
             pmxcfs,
+            rollout,
         })
     }
 }
@@ -1080,7 +1092,7 @@ fn parse_poll(text: &str) -> Result<Poll, String> {
     }
 }
 
-fn is_node_name(s: &str) -> bool {
+pub(crate) fn is_node_name(s: &str) -> bool {
     // PVE's pve-node format: a DNS label.
     !s.is_empty()
         && s.len() <= 63

@@ -25,6 +25,7 @@ pub mod lock;
 pub mod notify;
 pub mod pass;
 pub mod retry;
+pub mod rollout;
 pub mod schedule;
 pub mod status;
 pub mod window;
@@ -170,6 +171,8 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             config.policy.write_breaker_cool_down,
         );
     kept.live.set_windows(config.policy.windows.clone());
+    let rollout = rollout::Rollout::new(config);
+    kept.live.set_rollout(rollout.clone());
     kept.publisher
         .configure(
             config
@@ -237,6 +240,7 @@ fn build(config: &AgentConfig, config_path: &Path, kept: Kept) -> Result<Running
             plan_options: PlanOptions::from_config(config),
             enforced: Mutex::new(None),
             approve: config.policy.approve.clone(),
+            rollout,
             forge: config.forge.as_ref().and_then(|forge| {
                 crate::forge::Forge::start(
                     forge,

@@ -65,6 +65,8 @@ pub struct PassDeps {
     pub forge: Option<Arc<crate::forge::Forge>>,
     /// `[policy] approve`: what waits for `proxops approve` (`agent::approval`).
     pub approve: crate::agent::approval::ApprovePolicy,
+    /// `[rollout]`: waves that hold a new commit's writes (`None` without the table).
+    pub rollout: Option<Arc<crate::agent::rollout::Rollout>>,
 }
 
 impl PassDeps {
@@ -448,12 +450,21 @@ async fn enforce(
     deps.live.set_ha_held(crate::agent::ha::HaStatus::held(
         &ha.held_nodes(&deps.context.scope),
     ));
+    let rollout_held = match &deps.rollout {
+        Some(rollout) => {
+            rollout
+                .hold(&deps.store, &deps.context.pve, &revision.commit, cancel)
+                .await
+        }
+        None => None,
+    };
     let mut hooks = AgentHooks {
         deps,
         pass,
         commit: &revision.commit,
         gated: None,
         ha,
+        rollout_held,
     };
     let progress = recording_progress(deps, pass, cancel.clone());
     let context =
@@ -479,6 +490,9 @@ async fn enforce(
             plan.findings.extend(report.findings.iter().cloned());
             record_findings(deps, pass, &done.desired, &plan, &revision.commit);
         }
+    }
+    if let (Some(rollout), Ok(done)) = (&deps.rollout, &result) {
+        crate::agent::rollout::after_pass(rollout, &revision.commit, done, cancel);
     }
     (result, hooks.gated)
 }
@@ -678,6 +692,8 @@ struct AgentHooks<'a> {
     gated: Option<GateSummary>,
     /// PVE's HA status, read at the start of the pass.
     ha: crate::agent::ha::HaStatus,
+    /// Why `[rollout]` holds this commit's writes, decided before the pass.
+    rollout_held: Option<window::Held>,
 }
 
 impl Hooks for AgentHooks<'_> {
@@ -810,7 +826,8 @@ impl AgentHooks<'_> {
             chrono::Utc::now(),
             &self.deps.live.windows(),
             freeze.as_ref(),
-        )
+        )?;
+        self.rollout_held.clone().map_or(Ok(()), Err)
     }
 }
 

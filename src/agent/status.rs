@@ -6,7 +6,7 @@
 //! [`DiagnosticView`] and [`InvalidHead`] are the one JSON shape of a diagnostic and of the
 //! invalid-HEAD state, used by `/status`, `/api/v1/*`, `proxops status` and the page.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use proxops_core::diagnostic::Diagnostic;
@@ -37,6 +37,7 @@ struct Inner {
     windows: Vec<crate::agent::window::Window>,
     /// Writes held because nodes of the agent are in PVE's HA maintenance (the last pass).
     ha_held: Option<crate::agent::window::Held>,
+    rollout: Option<Arc<crate::agent::rollout::Rollout>>,
 }
 
 /// The write circuit breaker as reported on `/status`, `/api/v1/status` and `/metrics`.
@@ -314,6 +315,17 @@ impl LiveStatus {
     /// The write circuit breaker's state.
     pub fn breaker(&self) -> BreakerView {
         self.lock().breaker.clone()
+    }
+
+    /// Sets `[rollout]` of the configuration in force (at start and reload).
+    pub fn set_rollout(&self, rollout: Option<Arc<crate::agent::rollout::Rollout>>) {
+        self.lock().rollout = rollout;
+    }
+
+    /// The rollout's view, with `[rollout]`.
+    pub fn rollout(&self) -> Option<crate::agent::rollout::RolloutView> {
+        let rollout = self.lock().rollout.clone();
+        rollout.map(|r| r.view())
     }
 
     /// Whether at least one pass has finished (readiness).

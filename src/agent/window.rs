@@ -332,6 +332,20 @@ pub fn writes_view(now: DateTime<Utc>, windows: &[Window], freeze: Option<&Freez
 }
 
 impl WritesView {
+    /// The view with the rollout's hold (`[rollout]`, issue 22): when the windows and the
+    /// freeze allow writes but the rollout holds them, it says why and until when.
+    #[must_use]
+    pub fn with_rollout(mut self, rollout: Option<&crate::agent::rollout::RolloutView>) -> Self {
+        if let Some(held) = rollout.and_then(|r| r.held.as_ref())
+            && self.held.is_none()
+        {
+            self.allowed = false;
+            self.held = Some(held.clone());
+            self.next_allowed = rollout.and_then(|r| r.until.clone());
+        }
+        self
+    }
+
     /// One line for people: `allowed` or why not and until when.
     pub fn line(&self) -> String {
         match (&self.held, &self.next_allowed) {

@@ -9,6 +9,8 @@
 //! - [`lock`]: cluster-wide locks made as pve-cluster's `cfs_lock` makes them.
 //! - [`publish`]: the task that writes this node's file after each pass and every heartbeat.
 //! - [`view`]: every node of `/cluster/status` with its file (the API, UI and CLI view).
+//! - [`rollout`] and [`rollout_config`]: `[rollout]` waves, the pure decision whether a new
+//!   commit may be written on this node now.
 //!
 //! Nothing here blocks or fails a pass: without quorum publishing is skipped (and said so
 //! once a minute), the view says `unknown`, and a shared download goes on without the lock
@@ -18,5 +20,8 @@ pub mod config;
 pub mod fs;
 pub mod lock;
 pub mod publish;
+pub mod rollout;
+pub mod rollout_config;
+pub mod rollout_state;
 pub mod status_file;
 pub mod view;

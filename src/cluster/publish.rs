@@ -179,11 +179,13 @@ fn document(
     let read = || -> Result<NodeStatus, proxops_store::StoreError> {
         let last = guard.last_attempted(node)?;
         let applied = guard.last_applied(node)?;
+        let rollout = live.rollout();
         let writes = crate::agent::window::writes_view(
             chrono::Utc::now(),
             &live.windows(),
             guard.freeze()?.as_ref(),
-        );
+        )
+        .with_rollout(rollout.as_ref());
         let failed = match &last {
             Some(pass) => guard
                 .actions_of(pass.id)?
@@ -228,6 +230,7 @@ fn document(
             stale: live.desired_stale(),
             held: writes.held,
             next_write_allowed: writes.next_allowed,
+            rollout,
         })
     };
     read().map_err(|e| format!("reading the state database: {}", error_text(&e)))

@@ -64,6 +64,46 @@ pub struct NodeStatus {
     pub held: Option<String>,
     /// RFC 3339: when writes are allowed again, when held and known.
     pub next_write_allowed: Option<String>,
+    /// `[rollout]`: this node's wave, decision and health on its applied revision (issue 22,
+    /// item 4); read by the later waves.
+    pub rollout: Option<RolloutView>,
+}
+
+/// What `/api/v1/status` shows of the rollout, and what the status file publishes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RolloutView {
+    /// This node's wave, 1-based.
+    pub wave: usize,
+    /// How many waves there are.
+    pub waves: usize,
+    /// The commit the last decision was about.
+    pub commit: Option<String>,
+    /// `proceed`, `wait` or `halt`.
+    pub decision: Option<String>,
+    /// Why writes are held by the rollout, when they are.
+    pub held: Option<String>,
+    /// RFC 3339: when waiting ends at the latest, when known.
+    pub until: Option<String>,
+    /// The halt: the wave and node that failed, and what failed.
+    pub halted: Option<String>,
+    /// Earlier-wave nodes skipped for this commit, one sentence each.
+    pub skipped: Vec<String>,
+    /// RFC 3339: when the commit was first seen in the cluster.
+    pub first_seen: Option<String>,
+    /// RFC 3339 with milliseconds: when the rollout first let this node write `commit`.
+    pub proceeded_at: Option<String>,
+    /// The revision [`RolloutView::healthy_since`] and [`RolloutView::unhealthy`] are about.
+    pub health_revision: Option<String>,
+    /// RFC 3339: since when this node has been healthy on `health_revision`.
+    pub healthy_since: Option<String>,
+    /// Why this node is not healthy on `health_revision`.
+    pub unhealthy: Option<String>,
+    /// The revision of the last finished pass that had failed actions, until a pass applies
+    /// it (the status's own counts are those of a pass still running, while one runs).
+    pub failed_revision: Option<String>,
+    /// How many actions failed in that pass.
+    pub failed_actions: u32,
 }
 
 /// The last pass's counts.

@@ -387,6 +387,10 @@ pub struct StatusJson {
     /// `[policy] approve`: what waits for `proxops approve`, and the latest held changes.
     #[serde(default)]
     pub approval: crate::agent::approval::ApprovalView,
+    /// `[rollout]`: this node's wave and whether the rollout holds its writes (live agent
+    /// only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::agent::rollout::RolloutView>,
 }
 
 /// `/api/v1/drift`.
@@ -479,6 +483,7 @@ pub fn status_from_store_with(
         writes,
         pmxcfs: None,
         approval: crate::agent::approval::ApprovalView::of(store, node)?,
+        rollout: None,
     })
 }
 
@@ -747,6 +752,8 @@ async fn api_status(State(state): State<HttpState>) -> Response {
             status.read_only = breaker.read_only;
             status.write_breaker = Some(breaker);
             status.pmxcfs = state.publisher.settings().map(|_| state.publisher.state());
+            status.rollout = state.live.rollout();
+            status.writes = status.writes.with_rollout(status.rollout.as_ref());
             Json(status).into_response()
         }
         Err(response) => response,

@@ -37,6 +37,7 @@ mod readme;
 mod reliability;
 mod repository_budget;
 mod risk;
+mod rollout;
 mod scope;
 mod secrets_never_leak;
 mod sim;

@@ -149,6 +149,8 @@ fn with_live(mut status: StatusJson, state: &HttpState) -> StatusJson {
     let breaker = state.live.breaker();
     status.read_only = breaker.read_only;
     status.write_breaker = Some(breaker);
+    status.rollout = state.live.rollout();
+    status.writes = status.writes.with_rollout(status.rollout.as_ref());
     status
 }
 
@@ -415,6 +417,7 @@ pub(crate) mod testing {
             },
             approval: crate::agent::approval::ApprovalView::default(),
             pmxcfs: None,
+            rollout: None,
         }
     }
 
