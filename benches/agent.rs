@@ -29,10 +29,10 @@
 //! `<state_dir>/http.addr`, as the tests do.
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../src/source/test_repo.rs"]
-mod test_repo;
 #[path = "support/git_https.rs"]
 mod git_https;
+#[path = "../src/source/test_repo.rs"]
+mod test_repo;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -84,12 +84,12 @@ fn main() {
             webhook_to_write().await;
         }
         if all || args.iter().any(|a| a == "fetch") {
-            fetch_against_git_cli(Transport::Git);
+            fetch_against_git_cli(&Transport::Git);
         }
         if let Some(tls) = std::env::var_os("PROXOPS_BENCH_TLS_DIR")
             && args.iter().any(|a| a == "fetch-https")
         {
-            fetch_against_git_cli(Transport::Https(PathBuf::from(tls)));
+            fetch_against_git_cli(&Transport::Https(PathBuf::from(tls)));
         }
         if all || args.iter().any(|a| a == "idle") {
             idle_rss().await;
@@ -365,14 +365,14 @@ enum Transport {
 }
 
 /// The agent's fetch (`GitSource::fetch`, in-process) against git's CLI, change by change.
-fn fetch_against_git_cli(transport: Transport) {
+fn fetch_against_git_cli(transport: &Transport) {
     use proxops::config::{Poll, SourceConfig};
     use proxops::source::git::GitSource;
     use std::sync::atomic::AtomicBool;
 
     let repo = TestRepo::new();
     repo.commit_files(&[("vm/a.yaml", "first\n")], "first");
-    let (_daemon, url, scheme) = match &transport {
+    let (_daemon, url, scheme) = match transport {
         Transport::Git => {
             let daemon = repo.serve();
             let url = daemon.url("origin.git");
@@ -404,7 +404,7 @@ fn fetch_against_git_cli(transport: Transport) {
     .unwrap();
     let interrupt = AtomicBool::new(false);
     source.fetch(&interrupt).unwrap();
-    let ca_info = match &transport {
+    let ca_info = match transport {
         Transport::Git => String::new(),
         Transport::Https(tls) => format!("http.sslCAInfo={}", tls.join("ca.pem").display()),
     };
@@ -559,7 +559,12 @@ async fn idle_rss() {
     for line in smaps.lines() {
         if let Some(kib) = line.strip_prefix("Rss:") {
             if in_binary {
-                binary_rss_kib += kib.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0);
+                binary_rss_kib += kib
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
             }
         } else if line.split_whitespace().next().is_some_and(|range| {
             range.contains('-') && range.chars().all(|c| c.is_ascii_hexdigit() || c == '-')

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 /// The CA's certificate (PEM) for `SSL_CERT_FILE`, written into `dir`.
-pub fn write_ca(dir: &Path) -> (PathBuf, String, String) {
+pub(crate) fn write_ca(dir: &Path) -> (PathBuf, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -38,7 +38,7 @@ pub fn write_ca(dir: &Path) -> (PathBuf, String, String) {
 }
 
 /// Serves the bare repositories under `root` over https on 127.0.0.1; returns the port.
-pub fn serve(root: &Path, cert_pem: &str, key_pem: &str) -> u16 {
+pub(crate) fn serve(root: &Path, cert_pem: &str, key_pem: &str) -> u16 {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -156,7 +156,10 @@ fn serve_one<S: Read + Write>(reader: &mut BufReader<S>, root: &Path) -> std::io
         .map(|at| (at, 4))
         .or_else(|| out.windows(2).position(|w| w == b"\n\n").map(|at| (at, 2)));
     let (head, content) = match split {
-        Some((at, len)) => (String::from_utf8_lossy(&out[..at]).into_owned(), &out[at + len..]),
+        Some((at, len)) => (
+            String::from_utf8_lossy(&out[..at]).into_owned(),
+            &out[at + len..],
+        ),
         None => (String::new(), &out[..]),
     };
     let mut status = "200 OK".to_owned();
