@@ -408,13 +408,17 @@ fn fetch_against_git_cli(transport: &Transport) {
         Transport::Git => String::new(),
         Transport::Https(tls) => format!("http.sslCAInfo={}", tls.join("ca.pem").display()),
     };
-    let mut clone_args = vec!["clone", "--quiet"];
+    // `-c` before `clone`: git's own clone does not apply `clone -c` to its first fetch's TLS.
+    let mut clone_args = Vec::new();
     if !ca_info.is_empty() {
-        clone_args.extend(["-c", &ca_info]);
+        clone_args.extend(["-c", ca_info.as_str()]);
     }
-    clone_args.extend([url.as_str(), "clone"]);
+    clone_args.extend(["clone", "--quiet", url.as_str(), "clone"]);
     test_repo::git(dir.path(), &clone_args);
     let clone = dir.path().join("clone");
+    if let Some((key, value)) = ca_info.split_once('=') {
+        test_repo::git(&clone, &["config", key, value]);
+    }
     let load_before = load_average();
     let (mut agent, mut cli, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..deliveries() {
