@@ -11,11 +11,17 @@
 //! - `fetch`: the agent's fetch (`GitSource::fetch`, in-process: gix, shallow, tree read)
 //!   against git's CLI fetch of the same change, 200 commits, each timed in turn. Prints the
 //!   medians and the ratio.
+//! - `fetch-https`: the same over https: `git http-backend` behind a local TLS server
+//!   (`benches/support/git_https.rs`, a certificate from a throwaway CA that both clients
+//!   trust); runs in a child process started with `SSL_CERT_FILE` naming that CA.
 //! - `idle`: resident memory of the agent after `PROXOPS_BENCH_IDLE_SECS` (default 600) of
 //!   1 s polling of an unchanged repository, sampled every 10 s.
 //!
-//! Run: `cargo bench --bench agent -- webhook`, `-- write`, `-- fetch` or `-- idle` (all by
-//! default). `PROXOPS_BENCH_DELIVERIES` (200) sets the count for `webhook`, `write`, `fetch`.
+//! Run: `cargo bench --bench agent -- webhook`, `-- write`, `-- fetch`, `-- fetch-https` or
+//! `-- idle` (all by
+//! default). `PROXOPS_BENCH_DELIVERIES` (200) sets the count for `webhook`, `write`, `fetch`;
+//! `PROXOPS_BENCH_BIN` runs another agent binary (e.g. `target/release/proxops`) in `webhook`,
+//! `write` and `idle`.
 //!
 //! Benches cannot use `tests/it`'s harness (`tests/it/support/agent.rs`: `AgentToml`,
 //! `AgentProcess`), so [`setup`], [`spawn`] and [`bound_address`] are a small local equivalent
@@ -23,6 +29,8 @@
 //! `<state_dir>/http.addr`, as the tests do.
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/git_https.rs"]
+mod git_https;
 #[path = "../src/source/test_repo.rs"]
 mod test_repo;
 
@@ -43,6 +51,27 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .collect();
     let all = args.is_empty();
+    // gix (reqwest, rustls-platform-verifier) reads its roots from `SSL_CERT_FILE`, which must
+    // be in the environment before any thread starts: the https fetch runs in a child process
+    // of this bench that is started with it.
+    if (all || args.iter().any(|a| a == "fetch-https"))
+        && std::env::var_os("PROXOPS_BENCH_TLS_DIR").is_none()
+    {
+        let tls = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = git_https::write_ca(tls.path());
+        std::fs::write(tls.path().join("cert.pem"), cert).unwrap();
+        std::fs::write(tls.path().join("key.pem"), key).unwrap();
+        let status = Command::new(std::env::current_exe().unwrap())
+            .arg("fetch-https")
+            .env("SSL_CERT_FILE", &ca)
+            .env("PROXOPS_BENCH_TLS_DIR", tls.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "the https fetch bench failed");
+        if !all {
+            return;
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,7 +84,12 @@ fn main() {
             webhook_to_write().await;
         }
         if all || args.iter().any(|a| a == "fetch") {
-            fetch_against_git_cli();
+            fetch_against_git_cli(&Transport::Git);
+        }
+        if let Some(tls) = std::env::var_os("PROXOPS_BENCH_TLS_DIR")
+            && args.iter().any(|a| a == "fetch-https")
+        {
+            fetch_against_git_cli(&Transport::Https(PathBuf::from(tls)));
         }
         if all || args.iter().any(|a| a == "idle") {
             idle_rss().await;
@@ -105,8 +139,17 @@ async fn setup(poll: &str) -> Setup {
     }
 }
 
+/// The agent binary: `PROXOPS_BENCH_BIN` (e.g. a `release` build, to measure the shipped
+/// binary's footprint), else the one cargo built with this bench.
+fn agent_binary() -> PathBuf {
+    std::env::var_os("PROXOPS_BENCH_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_proxops")),
+        PathBuf::from,
+    )
+}
+
 fn spawn(setup: &Setup) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_proxops"))
+    Command::new(agent_binary())
         .args(["agent", "--config"])
         .arg(setup.dir.path().join("agent.toml"))
         .env("RUST_LOG", "warn")
@@ -313,16 +356,38 @@ async fn webhook_to_write() {
     agent.wait().unwrap();
 }
 
+/// How the bench's remote is served.
+enum Transport {
+    /// `git daemon`, `git://127.0.0.1`.
+    Git,
+    /// `git http-backend` behind TLS ([`git_https`]); the CA, certificate and key in the dir.
+    Https(PathBuf),
+}
+
 /// The agent's fetch (`GitSource::fetch`, in-process) against git's CLI, change by change.
-fn fetch_against_git_cli() {
+fn fetch_against_git_cli(transport: &Transport) {
     use proxops::config::{Poll, SourceConfig};
     use proxops::source::git::GitSource;
     use std::sync::atomic::AtomicBool;
 
     let repo = TestRepo::new();
     repo.commit_files(&[("vm/a.yaml", "first\n")], "first");
-    let daemon = repo.serve();
-    let url = daemon.url("origin.git");
+    let (_daemon, url, scheme) = match transport {
+        Transport::Git => {
+            let daemon = repo.serve();
+            let url = daemon.url("origin.git");
+            (Some(daemon), url, "git://127.0.0.1")
+        }
+        Transport::Https(tls) => {
+            let port = git_https::serve(
+                repo.root(),
+                &std::fs::read_to_string(tls.join("cert.pem")).unwrap(),
+                &std::fs::read_to_string(tls.join("key.pem")).unwrap(),
+            );
+            let url = format!("https://127.0.0.1:{port}/origin.git");
+            (None, url, "https://127.0.0.1 (git http-backend)")
+        }
+    };
     let dir = tempfile::tempdir().unwrap();
     let source = GitSource::open(
         &SourceConfig {
@@ -340,8 +405,21 @@ fn fetch_against_git_cli() {
     .unwrap();
     let interrupt = AtomicBool::new(false);
     source.fetch(&interrupt).unwrap();
-    test_repo::git(dir.path(), &["clone", "--quiet", &url, "clone"]);
+    let ca_info = match transport {
+        Transport::Git => String::new(),
+        Transport::Https(tls) => format!("http.sslCAInfo={}", tls.join("ca.pem").display()),
+    };
+    // `-c` before `clone`: git's own clone does not apply `clone -c` to its first fetch's TLS.
+    let mut clone_args = Vec::new();
+    if !ca_info.is_empty() {
+        clone_args.extend(["-c", ca_info.as_str()]);
+    }
+    clone_args.extend(["clone", "--quiet", url.as_str(), "clone"]);
+    test_repo::git(dir.path(), &clone_args);
     let clone = dir.path().join("clone");
+    if let Some((key, value)) = ca_info.split_once('=') {
+        test_repo::git(&clone, &["config", key, value]);
+    }
     let load_before = load_average();
     let (mut agent, mut cli, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..deliveries() {
@@ -384,7 +462,7 @@ fn fetch_against_git_cli() {
     );
     let (a, c) = (median(&mut agent), median(&mut cli));
     println!(
-        "fetch of one change over git://127.0.0.1, {} changes, load {load_before} → {}: agent \
+        "fetch of one change over {scheme}, {} changes, load {load_before} → {}: agent \
          (GitSource::fetch) median {}, git CLI `git fetch` median {}; ratio of medians {:.3}, \
          median of per-change ratios {:.3} (target <= 1.1)",
         ratios.len(),
@@ -478,10 +556,34 @@ async fn idle_rss() {
         .json()
         .await
         .unwrap();
+    // How much of the resident memory is the executable's own mapped pages.
+    let binary = agent_binary();
+    let binary = binary.canonicalize().unwrap_or(binary);
+    let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", agent.id())).unwrap_or_default();
+    let (mut in_binary, mut binary_rss_kib) = (false, 0u64);
+    for line in smaps.lines() {
+        if let Some(kib) = line.strip_prefix("Rss:") {
+            if in_binary {
+                binary_rss_kib += kib
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+            }
+        } else if line.split_whitespace().next().is_some_and(|range| {
+            range.contains('-') && range.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        }) {
+            in_binary = line.ends_with(&*binary.to_string_lossy());
+        }
+    }
     println!(
-        "idle agent, 1 s polling of an unchanged repository for {secs} s ({} passes): \
-         RSS {} KiB after the first pass, {} KiB at the end, peak {peak} KiB (sampled every \
-         10 s; of it RssAnon {}, RssFile {}); {} threads; load {}",
+        "idle agent ({}, {} bytes), 1 s polling of an unchanged repository for {secs} s ({} \
+         passes): RSS {} KiB after the first pass, {} KiB at the end, peak {peak} KiB (sampled \
+         every 10 s; of it RssAnon {}, RssFile {}, the executable's own pages {binary_rss_kib} \
+         KiB); {} threads; load {}",
+        binary.display(),
+        std::fs::metadata(&binary).map_or(0, |m| m.len()),
         revisions.as_array().map_or(0, Vec::len),
         first,
         rss(agent.id()),

@@ -32,6 +32,7 @@
 
 mod remote_url;
 pub(super) mod tree;
+mod unpack;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -520,11 +521,11 @@ impl GitSource {
             },
             None => self.receive(&repo, interrupt, tip_only()),
         };
-        match received {
-            Ok(()) => {}
+        let received = match received {
+            Ok(received) => received,
             Err(_) if interrupt.load(Ordering::Relaxed) => return Err(self.interrupted()),
             Err(err) => return Err(err),
-        }
+        };
 
         let commit =
             self.tracking_tip(&repo, &tracking)?
@@ -537,6 +538,23 @@ impl GitSource {
             _ => false,
         };
         let files = tree::read_manifest_files(&repo, commit, &self.sub_path)?;
+        // Last, once every object this fetch needs is read: `repo` is dropped right after.
+        if let Some(pack) = received {
+            match unpack::unpack_small_pack(
+                &repo,
+                &pack.index_path,
+                &pack.data_path,
+                pack.num_objects,
+            ) {
+                Ok(unpacked) => {
+                    tracing::debug!(?unpacked, pack = %pack.data_path.display(), "received pack")
+                }
+                // Harmless: the objects stay in the pack, as gix wrote it.
+                Err(error) => {
+                    tracing::warn!(%error, pack = %pack.data_path.display(), "could not store a small received pack as loose objects; it stays a pack")
+                }
+            }
+        }
         Ok(Revision {
             commit: commit.to_string(),
             files,
@@ -599,7 +617,7 @@ impl GitSource {
         repo: &gix::Repository,
         interrupt: &AtomicBool,
         shallow: gix::remote::fetch::Shallow,
-    ) -> Result<(), SourceError> {
+    ) -> Result<Option<ReceivedPack>, SourceError> {
         let fetch_error = |source| SourceError::Fetch {
             url: self.display_url.clone(),
             branch: self.branch.clone(),
@@ -655,11 +673,27 @@ impl GitSource {
                 branch: self.branch.clone(),
             });
         }
-        prepare
+        let outcome = prepare
             .with_shallow(shallow)
             .receive(gix::progress::Discard, interrupt)
             .map_err(fetch_error)?;
-        Ok(())
+        Ok(match outcome.status {
+            gix::remote::fetch::Status::Change {
+                write_pack_bundle:
+                    gix::odb::pack::bundle::write::Outcome {
+                        index_path: Some(index_path),
+                        data_path: Some(data_path),
+                        index,
+                        ..
+                    },
+                ..
+            } => Some(ReceivedPack {
+                index_path,
+                data_path,
+                num_objects: index.num_objects,
+            }),
+            _ => None,
+        })
     }
 
     fn interrupted(&self) -> SourceError {
@@ -668,6 +702,13 @@ impl GitSource {
             branch: self.branch.clone(),
         }
     }
+}
+
+/// The pack one fetch wrote into the mirror.
+struct ReceivedPack {
+    index_path: PathBuf,
+    data_path: PathBuf,
+    num_objects: u32,
 }
 
 /// Removes the `*.lock` files of refs and other mirror files. A fetch killed mid-way (kill -9,
@@ -867,6 +908,69 @@ mod tests {
         assert!(!revision.force_pushed);
         assert_eq!(keys(&revision), ["a.yaml"]);
         assert_eq!(revision.files["a.yaml"], "a: 2\n");
+    }
+
+    fn packs(source: &GitSource) -> usize {
+        std::fs::read_dir(source.mirror_path().join("objects/pack"))
+            .unwrap()
+            .filter(|entry| {
+                let path = entry.as_ref().unwrap().path();
+                path.extension()
+                    .is_some_and(|ext| ext == "pack" || ext == "idx")
+            })
+            .count()
+    }
+
+    #[test]
+    fn small_fetches_are_stored_as_loose_objects_and_leave_no_pack_behind() {
+        let repo = TestRepo::new();
+        let mut commits = vec![repo.commit_files(&[("vm/a.yaml", "a: 0\n")], "first")];
+        let state = tempfile::tempdir().unwrap();
+        let source = open(&repo.url(), state.path());
+        fetch(&source).unwrap();
+        for i in 1..6 {
+            commits.push(repo.commit_files(&[("vm/a.yaml", &format!("a: {i}\n"))], "change"));
+            assert_eq!(fetch(&source).unwrap().commit, commits[i]);
+        }
+
+        assert_eq!(
+            packs(&source),
+            0,
+            "git's CLI unpacks packs under 100 objects too"
+        );
+        for (i, commit) in commits.iter().enumerate() {
+            let revision = source.revision_at(commit).unwrap().unwrap();
+            assert_eq!(revision.files["vm/a.yaml"], format!("a: {i}\n"));
+        }
+        // git itself finds the mirror whole, and a restarted source reads its tip.
+        git(source.mirror_path(), &["fsck", "--no-progress"]);
+        drop(source);
+        let restarted = open(&repo.url(), state.path());
+        assert_eq!(restarted.last_good().unwrap().commit, commits[5]);
+    }
+
+    #[test]
+    fn a_fetch_of_a_hundred_objects_or_more_is_kept_as_one_pack() {
+        let repo = TestRepo::new();
+        repo.commit_files(&[("vm/a.yaml", "a: 0\n")], "first");
+        let state = tempfile::tempdir().unwrap();
+        let source = open(&repo.url(), state.path());
+        fetch(&source).unwrap();
+        let contents: Vec<(String, String)> = (0..120)
+            .map(|i| (format!("vm/{i:03}.yaml"), format!("n: {i}\n")))
+            .collect();
+        let files: Vec<(&str, &str)> = contents
+            .iter()
+            .map(|(path, text)| (path.as_str(), text.as_str()))
+            .collect();
+        let commit = repo.commit_files(&files, "120 new files");
+
+        let revision = fetch(&source).unwrap();
+
+        assert_eq!(revision.commit, commit);
+        assert_eq!(revision.files.len(), 121);
+        assert_eq!(packs(&source), 2, "one .pack and its .idx");
+        git(source.mirror_path(), &["fsck", "--no-progress"]);
     }
 
     #[test]
