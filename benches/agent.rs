@@ -117,11 +117,14 @@ async fn setup(poll: &str) -> Setup {
     std::fs::write(dir.path().join("token"), "proxops-dev-secret").unwrap();
     std::fs::write(dir.path().join("hook"), SECRET).unwrap();
     let state_dir = dir.path().join("state");
+    // `[scope]`: the ISO mirror is on 127.0.0.1, an internal address the scope refuses
+    // unless `artifact_hosts` lists it (without it `-- write` never saw a download-url).
     std::fs::write(
         dir.path().join("agent.toml"),
         format!(
             "node = \"pve1\"\nstate_dir = \"{}\"\n[source]\nurl = \"{}\"\npoll = \"{poll}\"\n\
              [webhook]\nsecret_file = \"hook\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
+             [scope]\nartifact_hosts = [\"127.0.0.1\"]\nallow_http_without_checksum = true\n\
              [pve]\nurl = \"{}\"\ntoken_id = \"root@pam!proxops\"\ntoken_secret_file = \"token\"\nfingerprint = \"{}\"\n",
             state_dir.display(),
             daemon.url("origin.git"),
