@@ -522,7 +522,7 @@ pub fn ha_hold_from_store(
         return Ok(None);
     };
     if let Some(since) = held.iter().filter_map(|f| f.first_seen_pass).min() {
-        hold.reason = format!("{} (reported since pass {since})", hold.reason);
+        hold.reason = format!("{} (reported since pass {})", hold.reason, since.0);
     }
     Ok(Some(hold))
 }
@@ -1070,7 +1070,7 @@ mod tests {
         assert!(
             line.starts_with("held: node pve1 is in PVE's HA maintenance mode")
                 && line.contains("writes there resume when it leaves it")
-                && line.ends_with(&format!("(reported since pass {held})")),
+                && line.ends_with(&format!("(reported since pass {})", held.0)),
             "{line}"
         );
         assert!(

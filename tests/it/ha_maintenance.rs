@@ -140,7 +140,7 @@ async fn a_node_in_ha_maintenance_gets_no_writes_while_the_other_node_proceeds()
         .unwrap_or_else(|| panic!("no writes line: {text}"));
     assert!(
         line.contains("held: node pve1 is in PVE's HA maintenance mode")
-            && line.contains("(reported since pass "),
+            && line.ends_with(&format!("(reported since pass {})", last_id(&held))),
         "{line}"
     );
     let offline = one.cli_json("status");
