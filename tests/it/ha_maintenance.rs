@@ -133,7 +133,11 @@ async fn a_node_in_ha_maintenance_gets_no_writes_while_the_other_node_proceeds()
     one.kill9();
     let out = one.cli(&["status"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = text
         .lines()
         .find(|l| l.starts_with("writes: "))
