@@ -18,7 +18,7 @@ use crate::agent::{database_path, http_addr_path, node_label};
 use crate::cli::Exit;
 use crate::cli::pass::DEFAULT_CONFIG;
 use crate::config::AgentConfig;
-use crate::http::{StatusJson, status_from_store_with};
+use crate::http::{StatusJson, status_offline};
 use crate::output;
 
 /// Arguments of `proxops status`.
@@ -42,12 +42,13 @@ pub async fn run(args: &Args) -> anyhow::Result<Exit> {
         return cluster(args).await;
     }
     // Read from the database (no agent answers), writes are judged with this config's
-    // `[[policy.window]]`, as the agent would.
+    // `[[policy.window]]`, as the agent would, and held for a node the last pass found in
+    // PVE's HA maintenance (its open `ha-maintenance` findings).
     let windows = AgentConfig::load(&args.config)
         .map(|c| c.policy.windows)
         .unwrap_or_default();
     let status: StatusJson = ask_agent_or_store(&args.config, "/api/v1/status", |s, node| {
-        status_from_store_with(s, node, &windows)
+        status_offline(s, node, &windows)
     })
     .await?;
     if args.json {

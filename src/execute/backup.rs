@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::error_chain::error_text;
-use crate::execute::{FailureClass, Options, Outcome};
+use crate::execute::{FailureClass, Options, Outcome, SnapshotRecorder};
 
 /// `[policy] backup_before_delete` and `backup_mode`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,13 +46,32 @@ pub struct Backup {
     pub upid: Upid,
 }
 
-/// The notes of the backup: who took it and why (PVE fills in `{{guestname}}`, `{{vmid}}`
-/// and `{{node}}`; `notes-template` may hold no line feed, pve-manager `PVE/VZDump.pm`
-/// `$verify_notes_template`, so the resource name is cleaned of any).
-fn notes(action: &Action) -> String {
-    let resource = action.resource.to_string().replace(['\n', '\r', '\\'], " ");
+/// The notes of the backup: who took it, why, and, in the agent, at which commit and in
+/// which pass (from the pass's snapshot recorder, [`crate::execute::snapshot_context`]; the
+/// CLI has none). PVE fills in `{{guestname}}`, `{{vmid}}` and `{{node}}`.
+///
+/// vzdump's template rules (pve-manager @ 14a22df3, `PVE/VZDump.pm` `$verify_notes_template`
+/// and `$generate_notes`): no line feed; a backslash starts an escape (`\\`, `\n`; any
+/// other dies); `{{cluster}}`, `{{guestname}}`, `{{node}}` and `{{vmid}}` are expanded and
+/// any other `{{` is kept literally. So the resource name is cleaned of line feeds,
+/// backslashes and braces, and the commit is used only when it is hexadecimal.
+fn notes(action: &Action, recorder: Option<&SnapshotRecorder>) -> String {
+    let resource = action
+        .resource
+        .to_string()
+        .replace(['\n', '\r', '\\', '{', '}'], " ");
+    let at = recorder
+        .map(|r| {
+            let commit = r.revision.get(..7).unwrap_or(&r.revision);
+            let commit = Some(commit)
+                .filter(|c| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_hexdigit()))
+                .map(|c| format!(" at {c}"));
+            let pass = r.pass.map(|p| format!(" (pass {})", p.0));
+            format!("{}{}", commit.unwrap_or_default(), pass.unwrap_or_default())
+        })
+        .unwrap_or_default();
     format!(
-        "proxops: backup before deleting {resource} ({{{{guestname}}}}, {{{{vmid}}}} on {{{{node}}}})"
+        "proxops: backup before deleting {resource}{at} ({{{{guestname}}}}, {{{{vmid}}}} on {{{{node}}}})"
     )
 }
 
@@ -114,7 +133,7 @@ pub(super) async fn before_delete(
             vmid: g.vmid,
             storage: storage.to_owned(),
             mode: policy.mode,
-            notes: Some(notes(action)),
+            notes: Some(notes(action, options.snapshots.recorder.as_ref())),
         },
     );
     let answer = pve.execute(&request).await.map_err(|e| {
@@ -253,22 +272,60 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn the_notes_template_names_proxops_and_the_resource_on_one_line() {
-        let action = Action {
-            resource: ResourceId::new(Kind::Vm, "web"),
+    fn delete_of(name: &str) -> Action {
+        Action {
+            resource: ResourceId::new(Kind::Vm, name),
             node: "pve1".to_owned(),
             verb: Verb::Delete(GuestRef {
                 guest_type: GuestType::Qemu,
                 vmid: 100,
             }),
             reason: "owned, no longer declared".to_owned(),
-        };
-        let text = notes(&action);
+        }
+    }
+
+    fn recorder(revision: &str, pass: Option<i64>) -> SnapshotRecorder {
+        SnapshotRecorder {
+            store: std::sync::Arc::new(std::sync::Mutex::new(
+                proxops_store::Store::memory().unwrap(),
+            )),
+            revision: revision.to_owned(),
+            pass: pass.map(proxops_store::PassId),
+            config_path: None,
+        }
+    }
+
+    #[test]
+    fn the_notes_template_names_proxops_and_the_resource_on_one_line() {
+        let text = notes(&delete_of("web"), None);
         assert_eq!(
             text,
             "proxops: backup before deleting VM/web ({{guestname}}, {{vmid}} on {{node}})"
         );
         assert!(!text.contains('\n'));
+    }
+
+    #[test]
+    fn the_agents_notes_name_the_short_commit_and_the_pass() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let text = notes(&delete_of("web"), Some(&recorder(sha, Some(42))));
+        assert_eq!(
+            text,
+            "proxops: backup before deleting VM/web at 0123456 (pass 42) ({{guestname}}, \
+             {{vmid}} on {{node}})"
+        );
+    }
+
+    #[test]
+    fn the_notes_carry_no_escape_or_brace_vzdump_would_expand_or_refuse() {
+        // A backslash would start one of vzdump's escapes, `{{` a template variable.
+        let text = notes(
+            &delete_of("a\\x{{vmid}}"),
+            Some(&recorder("not-a-commit", None)),
+        );
+        assert_eq!(
+            text,
+            "proxops: backup before deleting VM/a x  vmid   ({{guestname}}, {{vmid}} on {{node}})"
+        );
     }
 }

@@ -487,6 +487,46 @@ pub fn status_from_store_with(
     })
 }
 
+/// Status from the store as `proxops status` shows it when no agent answers:
+/// [`status_from_store_with`] plus the hold of PVE's HA maintenance as the store last saw it
+/// ([`ha_hold_from_store`]). A running agent's views take that hold from the live pass
+/// instead (`LiveStatus::ha_held`), so they do not call this.
+pub fn status_offline(
+    store: &proxops_store::Store,
+    node: &str,
+    windows: &[crate::agent::window::Window],
+) -> Result<StatusJson, proxops_store::StoreError> {
+    let mut status = status_from_store_with(store, node, windows)?;
+    status.writes =
+        crate::agent::window::with_hold(status.writes, ha_hold_from_store(store, node)?.as_ref());
+    Ok(status)
+}
+
+/// The hold of PVE's HA maintenance derived from the open `ha-maintenance` findings of
+/// `node` (every node for `*`): a pass that holds actions for a node in maintenance records
+/// one per held resource (`agent::ha::findings`), and the first pass that no longer finds
+/// the node in maintenance resolves them. The reason names the nodes, how writes resume and
+/// the pass that first reported the hold. `None` without such a finding.
+///
+/// # Errors
+/// When the findings cannot be read.
+pub fn ha_hold_from_store(
+    store: &proxops_store::Store,
+    node: &str,
+) -> Result<Option<crate::agent::window::Held>, proxops_store::StoreError> {
+    let kind = proxops_core::plan::FindingKind::HaMaintenance.name();
+    let open = store.open_findings(Some(node))?;
+    let held: Vec<&DriftRecord> = open.iter().filter(|f| f.kind == kind).collect();
+    let nodes: std::collections::BTreeSet<String> = held.iter().map(|f| f.node.clone()).collect();
+    let Some(mut hold) = crate::agent::ha::HaStatus::held(&nodes) else {
+        return Ok(None);
+    };
+    if let Some(since) = held.iter().filter_map(|f| f.first_seen_pass).min() {
+        hold.reason = format!("{} (reported since pass {})", hold.reason, since.0);
+    }
+    Ok(Some(hold))
+}
+
 /// The invalid-HEAD state a pass recorded: `pass`'s commit was refused (outcome `invalid`),
 /// and the revision it enforced (or, when it enforced none, the last one enforced before:
 /// `enforced`) stayed in force. `None` when `pass` was not refused.
@@ -995,5 +1035,63 @@ mod tests {
         let status = status_from_store(&store, "pve1").unwrap();
         assert!(!status.desired_stale && !status.read_only);
         assert!(status.write_breaker.is_none() && status.last_force_push.is_none());
+    }
+    #[test]
+    fn the_offline_status_holds_writes_while_the_store_has_an_open_ha_maintenance_finding() {
+        use proxops_core::plan::{Finding, FindingKind};
+        use proxops_core::resource::{Kind, ResourceId};
+        use proxops_store::Resolution;
+
+        let mut store = Store::memory().unwrap();
+        let held = store
+            .begin_pass("pve1", Some("aaa"), Trigger::Poll, at(0))
+            .unwrap();
+        let finding = Finding {
+            resource: ResourceId::new(Kind::Vm, "a"),
+            node: "pve1".to_owned(),
+            kind: FindingKind::HaMaintenance,
+            field: String::new(),
+            desired: String::new(),
+            observed: String::new(),
+            message: "node pve1 is in PVE's HA maintenance mode".to_owned(),
+        };
+        store
+            .record_pass_findings(held, "pve1", Some("aaa"), at(1), &[finding], |_| {
+                Resolution::Corrected
+            })
+            .unwrap();
+        store
+            .finish_pass(held, PassOutcome::Applied, PassCounts::default(), at(2))
+            .unwrap();
+
+        let status = status_offline(&store, "pve1", &[]).unwrap();
+        assert!(!status.writes.allowed, "{:?}", status.writes);
+        let line = status.writes.line();
+        assert!(
+            line.starts_with("held: node pve1 is in PVE's HA maintenance mode")
+                && line.contains("writes there resume when it leaves it")
+                && line.ends_with(&format!("(reported since pass {})", held.0)),
+            "{line}"
+        );
+        assert!(
+            status_offline(&store, "pve2", &[]).unwrap().writes.allowed,
+            "another node's agent is not held"
+        );
+        assert!(
+            status_from_store(&store, "pve1").unwrap().writes.allowed,
+            "the live views add the live hold themselves"
+        );
+
+        // The next pass finds the node out of maintenance: the finding resolves, writes go.
+        let free = store
+            .begin_pass("pve1", Some("aaa"), Trigger::Poll, at(10))
+            .unwrap();
+        store
+            .record_pass_findings(free, "pve1", Some("aaa"), at(11), &[], |_| {
+                Resolution::Corrected
+            })
+            .unwrap();
+        let status = status_offline(&store, "pve1", &[]).unwrap();
+        assert!(status.writes.allowed, "{:?}", status.writes);
     }
 }

@@ -55,6 +55,8 @@ pub struct ActionFact {
     pub upid: Option<String>,
     /// `safe`, `risky` or `destructive` (issue 19); `None` for actions recorded before.
     pub risk: Option<String>,
+    /// The volume id of the backup taken before a delete (`[policy] backup_before_delete`).
+    pub backup: Option<String>,
 }
 
 /// The identity of a finding across passes: (node, resource, finding kind, field).
@@ -575,6 +577,7 @@ mod tests {
             error: Some("500 no space".into()),
             upid: None,
             risk: None,
+            backup: None,
         }];
         let mut other = failed.clone();
         other.actions[0].error = Some("500 locked".into());

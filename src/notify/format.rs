@@ -79,6 +79,9 @@ fn action_line(a: &ActionFact) -> String {
     if !a.reason.is_empty() {
         line.push_str(&format!(" — {}", a.reason));
     }
+    if let Some(volid) = &a.backup {
+        line.push_str(&format!(" (backed up first to {volid})"));
+    }
     if let Some(upid) = &a.upid {
         line.push_str(&format!(" [{upid}]"));
     }
@@ -335,6 +338,7 @@ pub fn webhook(event: &Event) -> Value {
             "error": a.error.as_deref().map(redact),
             "upid": a.upid,
             "risk": a.risk,
+            "backup": a.backup,
         })).collect::<Vec<_>>(),
         "findings": event.findings.iter().map(|f| json!({
             "resource": f.resource,
@@ -493,6 +497,7 @@ mod tests {
             error: Some("awaiting approval (destructive)".into()),
             upid: None,
             risk: Some("destructive".into()),
+            backup: None,
         };
         let event = Event {
             kind: EventKind::AwaitingApproval,
@@ -560,6 +565,7 @@ mod tests {
             error: None,
             upid: None,
             risk: risk.map(Into::into),
+            backup: None,
         };
         assert_eq!(
             action_line(&fact("delete", Some("destructive"))),
@@ -583,6 +589,36 @@ mod tests {
     }
 
     #[test]
+    fn a_delete_backed_up_first_names_the_backup_volume_in_its_line_and_the_webhook() {
+        let volid = "local:backup/vzdump-qemu-151-2026_12_01-15_00_00.vma.zst";
+        let mut event = drift_event();
+        event.kind = EventKind::Applied;
+        event.actions = vec![ActionFact {
+            resource: "VM/old".into(),
+            node: "pve1".into(),
+            verb: "delete".into(),
+            reason: String::new(),
+            result: "succeeded".into(),
+            error: None,
+            upid: None,
+            risk: Some("destructive".into()),
+            backup: Some(volid.into()),
+        }];
+        assert_eq!(
+            action_line(&event.actions[0]),
+            format!("delete [destructive] VM/old on pve1: succeeded (backed up first to {volid})")
+        );
+        assert!(
+            render(&event).lines.iter().any(|l| l.contains(volid)),
+            "{:?}",
+            render(&event).lines
+        );
+        assert_eq!(webhook(&event)["actions"][0]["backup"], volid);
+        event.actions[0].backup = None;
+        assert!(webhook(&event)["actions"][0]["backup"].is_null());
+    }
+
+    #[test]
     fn credentials_in_an_action_error_are_redacted_in_every_format() {
         let mut event = drift_event();
         event.kind = EventKind::Failed;
@@ -595,6 +631,7 @@ mod tests {
             error: Some("fetching https://user:hunter2@files.example.org/a.iso: 404".into()),
             upid: None,
             risk: Some("safe".into()),
+            backup: None,
         }];
         for payload in [
             webhook(&event),

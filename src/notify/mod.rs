@@ -355,6 +355,7 @@ fn read_facts(
                 error,
                 upid: a.upid,
                 risk: a.risk.map(|r| r.name().to_owned()),
+                backup: a.backup_volid,
             }
         })
         .collect();
@@ -424,6 +425,7 @@ fn awaiting_fact(
                 error: Some(format!("awaiting approval ({})", open.why)),
                 upid: None,
                 risk: a["risk"].as_str().map(str::to_owned),
+                backup: None,
             })
             .collect(),
     }))

@@ -107,7 +107,7 @@ async fn a_prune_backs_the_guest_up_first_and_records_the_backup_volume_with_the
         "the guest was not deleted"
     );
 
-    // The backup is on the storage, with notes naming ProxOps.
+    // The backup is on the storage, with notes naming ProxOps, the commit and the pass.
     let content = Api::new(&world)
         .get("/nodes/pve1/storage/local/content?content=backup&vmid=151")
         .await;
@@ -120,9 +120,15 @@ async fn a_prune_backs_the_guest_up_first_and_records_the_backup_volume_with_the
     );
     assert!(volid.ends_with(".vma.zst"), "{volid}");
     let notes = items[0]["notes"].as_str().unwrap_or_default();
+    let commit = status["last_attempted"]["commit"].as_str().unwrap();
+    let named = format!(
+        "proxops: backup before deleting VM/old at {} (pass {}) (",
+        &commit[..7],
+        last_id(&status)
+    );
     assert!(
-        notes.starts_with("proxops: backup before deleting VM/old"),
-        "{notes}"
+        notes.starts_with(&named) && notes.ends_with(", 151 on pve1)") && !notes.contains("{{"),
+        "the notes name the pass's short commit, and PVE filled in the template: {notes}"
     );
 
     // Recorded with the delete, and shown.

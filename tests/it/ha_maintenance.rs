@@ -2,7 +2,8 @@
 //! While pve1 is in PVE's HA maintenance (`ha-manager crm-command node-maintenance enable`,
 //! seen in `/cluster/ha/status/current`), its agent sends no write to pve1 (the request log
 //! says so), records the drift and an `ha-maintenance` finding, and its views say writes
-//! are held until the node leaves maintenance; pve2's agent corrects its drift meanwhile.
+//! are held until the node leaves maintenance (`proxops status` too, from the database,
+//! with the agent stopped); pve2's agent corrects its drift meanwhile.
 //! Out of maintenance, pve1's drift is corrected.
 
 use std::path::PathBuf;
@@ -55,7 +56,7 @@ async fn a_node_in_ha_maintenance_gets_no_writes_while_the_other_node_proceeds()
         "one VM per node",
     );
     let daemon = repo.serve();
-    let one = agent_for(&world, &daemon, "pve1");
+    let mut one = agent_for(&world, &daemon, "pve1");
     let two = agent_for(&world, &daemon, "pve2");
     let applied =
         |s: &serde_json::Value| s["last_applied"]["commit"].as_str() == Some(head.as_str());
@@ -127,9 +128,32 @@ async fn a_node_in_ha_maintenance_gets_no_writes_while_the_other_node_proceeds()
     );
     assert_eq!(two.get("/api/v1/status").await["writes"]["allowed"], true);
 
+    // With the agent stopped, `proxops status` reads the database: the open
+    // `ha-maintenance` finding still says writes are held, and since which pass.
+    one.kill9();
+    let out = one.cli(&["status"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("writes: "))
+        .unwrap_or_else(|| panic!("no writes line: {text}"));
+    assert!(
+        line.contains("held: node pve1 is in PVE's HA maintenance mode")
+            && line.ends_with(&format!("(reported since pass {})", last_id(&held))),
+        "{line}"
+    );
+    let offline = one.cli_json("status");
+    assert_eq!(offline["writes"]["allowed"], false, "{offline:#}");
+
     // Out of maintenance: the drift on pve1 is corrected.
     assert!(world.sim.control().set_ha_maintenance("pve1", false));
-    nudge(&one).await;
+    // The restarted agent's startup pass finds the node out of maintenance.
+    one.respawn();
     let after = pass_on(&one, &head, last_id(&held)).await;
     assert_eq!(after["last_attempted"]["outcome"], "applied", "{after:#}");
     assert_eq!(memory(&world, "pve1", 171).await, "512");
