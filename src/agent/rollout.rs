@@ -4,6 +4,9 @@
 //! commit was first seen in the cluster (`<dir>/rollout/<commit>.json`). A `Wait` or a `Halt`
 //! holds writes the way a write window does ([`crate::agent::window::Held`]): the pass still
 //! observes, records drift and reports; every action is recorded skipped with the reason.
+//! Earlier-wave nodes PVE lists offline (`/cluster/status`) or in HA maintenance (the HA
+//! status the pass read, [`crate::agent::ha::observe`]) count as unavailable: waited for,
+//! then skipped after `wave_timeout`.
 //!
 //! After every pass this node's health on the revision it enforced is updated and published
 //! with its status (`health_revision`, `healthy_since`, `unhealthy`): healthy means no failed
