@@ -375,9 +375,12 @@ async fn a_first_wave_node_in_ha_maintenance_is_waited_for_then_skipped_after_wa
         .collect();
 
     // pve1 waits for pve3, saying it is in HA maintenance, and writes nothing meanwhile.
-    let waiting = until(&agents[0], &pmxcfs, "pve1 waits for pve3 in maintenance", |s| {
-        held(s).starts_with("wave 2 waits for pve3 (wave 1): in HA maintenance; skipped at ")
-    })
+    let waiting = until(
+        &agents[0],
+        &pmxcfs,
+        "pve1 waits for pve3 in maintenance",
+        |s| held(s).starts_with("wave 2 waits for pve3 (wave 1): in HA maintenance; skipped at "),
+    )
     .await;
     assert_eq!(waiting["rollout"]["decision"], "wait", "{waiting:#}");
     assert_eq!(writes_on(&world, "pve1"), Vec::new(), "{waiting:#}");
@@ -402,6 +405,14 @@ async fn a_first_wave_node_in_ha_maintenance_is_waited_for_then_skipped_after_wa
     }
     // pve3's own agent kept running and publishing, and held its writes for the maintenance.
     let published = pmxcfs.status_file("pve3").expect("pve3 publishes");
-    assert_ne!(published["applied_revision"], commit.as_str(), "{published:#}");
-    assert_eq!(writes_on(&world, "pve3"), Vec::new(), "pve3 wrote in maintenance");
+    assert_ne!(
+        published["applied_revision"],
+        commit.as_str(),
+        "{published:#}"
+    );
+    assert_eq!(
+        writes_on(&world, "pve3"),
+        Vec::new(),
+        "pve3 wrote in maintenance"
+    );
 }
