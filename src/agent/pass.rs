@@ -453,7 +453,13 @@ async fn enforce(
     let rollout_held = match &deps.rollout {
         Some(rollout) => {
             rollout
-                .hold(&deps.store, &deps.context.pve, &revision.commit, cancel)
+                .hold(
+                    &deps.store,
+                    &deps.context.pve,
+                    &ha,
+                    &revision.commit,
+                    cancel,
+                )
                 .await
         }
         None => None,

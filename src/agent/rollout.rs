@@ -4,6 +4,9 @@
 //! commit was first seen in the cluster (`<dir>/rollout/<commit>.json`). A `Wait` or a `Halt`
 //! holds writes the way a write window does ([`crate::agent::window::Held`]): the pass still
 //! observes, records drift and reports; every action is recorded skipped with the reason.
+//! Earlier-wave nodes PVE lists offline (`/cluster/status`) or in HA maintenance (the HA
+//! status the pass read, [`crate::agent::ha::observe`]) count as unavailable: waited for,
+//! then skipped after `wave_timeout`.
 //!
 //! After every pass this node's health on the revision it enforced is updated and published
 //! with its status (`health_revision`, `healthy_since`, `unhealthy`): healthy means no failed
@@ -100,11 +103,13 @@ impl Rollout {
     }
 
     /// Why the rollout holds writes of `commit` now, if it does: decides from the status
-    /// files of the earlier waves and the commit's first sight (recorded if this is it).
+    /// files of the earlier waves, PVE's member list and HA status (`ha`, as the pass read
+    /// it) and the commit's first sight (recorded if this is it).
     pub async fn hold(
         &self,
         store: &SharedStore,
         pve: &proxops_pve::PveClient,
+        ha: &crate::agent::ha::HaStatus,
         commit: &str,
         cancel: &CancellationToken,
     ) -> Option<crate::agent::window::Held> {
@@ -131,6 +136,7 @@ impl Rollout {
             }
         };
         let mut peers = self.peers(now);
+        mark_maintenance(&mut peers, ha);
         // PVE's own word on which members are offline (`/cluster/status` `online`); when it
         // cannot be asked, the status files alone decide.
         match crate::cluster::view::members(pve).await {
@@ -256,6 +262,25 @@ impl Rollout {
 /// RFC 3339 with milliseconds: bake and decision times are a few seconds apart in tests.
 fn millis(at: SystemTime) -> String {
     DateTime::<Utc>::from(at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Marks the peers PVE reports in HA maintenance (`ha`, read from
+/// `/cluster/ha/status/current` by [`crate::agent::ha::observe`]) as in maintenance: their
+/// own agent holds its writes there ([`crate::agent::ha`]), so they are waited for and
+/// skipped after `wave_timeout` like a down node. A node in maintenance counts so even if it
+/// applied the commit before it entered maintenance: its guests are being moved away, so
+/// its health says nothing about the commit any more (*assumed*, GAPS 187). An unread HA
+/// status marks nothing (the pass's findings say it was not read). Run before
+/// [`mark_offline`]: a node that is also offline is reported down.
+fn mark_maintenance(peers: &mut [Peer], ha: &crate::agent::ha::HaStatus) {
+    let crate::agent::ha::HaStatus::Read(nodes) = ha else {
+        return;
+    };
+    for peer in peers {
+        if nodes.contains(&peer.node) {
+            peer.unavailable = Some(Unavailable::Maintenance);
+        }
+    }
 }
 
 /// Marks the peers PVE lists offline in `/cluster/status` as down.
@@ -460,6 +485,46 @@ mod tests {
         mark_offline(&mut peers, &members);
         assert_eq!(peers[0].unavailable, Some(Unavailable::Down));
         assert_eq!(peers[1].unavailable, None);
+    }
+
+    #[test]
+    fn a_node_pve_reports_in_ha_maintenance_counts_as_in_maintenance_and_offline_wins() {
+        use crate::agent::ha::HaStatus;
+        let now = SystemTime::now();
+        let fresh = || {
+            vec![
+                peer_of("pve3", &published(now), now),
+                peer_of("pve2", &published(now - Duration::from_secs(60)), now),
+                peer_of("pve4", &published(now), now),
+            ]
+        };
+        let ha = HaStatus::Read(["pve3".to_owned(), "pve2".to_owned()].into());
+        let mut peers = fresh();
+        mark_maintenance(&mut peers, &ha);
+        let marks: Vec<_> = peers.iter().map(|p| p.unavailable).collect();
+        assert_eq!(
+            marks,
+            [
+                Some(Unavailable::Maintenance),
+                // Stale and in maintenance: maintenance is the operator's word, say that.
+                Some(Unavailable::Maintenance),
+                None
+            ]
+        );
+        let members = crate::cluster::view::Members {
+            nodes: vec![crate::cluster::view::Member {
+                name: "pve3".to_owned(),
+                online: false,
+            }],
+            quorate: Some(true),
+        };
+        mark_offline(&mut peers, &members);
+        assert_eq!(peers[0].unavailable, Some(Unavailable::Down));
+        // An unread HA status marks nobody.
+        let mut peers = fresh();
+        mark_maintenance(&mut peers, &HaStatus::Unknown("403".to_owned()));
+        assert_eq!(peers[0].unavailable, None);
+        assert_eq!(peers[1].unavailable, Some(Unavailable::Stale));
     }
 
     #[test]

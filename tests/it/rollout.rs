@@ -6,6 +6,8 @@
 //!   has applied the commit and stayed healthy for `bake`; they say why while they wait;
 //! - pve3's agent stopped: its status turns stale, and pve1 and pve2 apply the next commit
 //!   only once `wave_timeout` has passed since it was first seen, reporting pve3 skipped;
+//! - pve3 in PVE's HA maintenance (its agent running and publishing, its writes held): pve1
+//!   and pve2 wait for it, then skip it after `wave_timeout` and report it skipped;
 //! - a failing action on pve3 (a simulator fault) halts pve1 and pve2, each naming the wave
 //!   and node that failed, and they write nothing.
 
@@ -352,4 +354,65 @@ async fn a_failing_action_on_the_first_wave_halts_the_second_with_the_wave_and_n
             "{node} wrote despite the halt"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_wave_node_in_ha_maintenance_is_waited_for_then_skipped_after_wave_timeout() {
+    let world = world().await;
+    assert!(world.sim.control().set_ha_maintenance("pve3", true));
+    let pmxcfs = Pmxcfs::new(Duration::from_secs(120));
+    let repo = TestRepo::new();
+    let files = one_vm_per_node(500);
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let commit = repo.commit_files(&refs, "one VM per node");
+    let rollout = rollout_toml("2s", "6s");
+    let agents: Vec<AgentProcess> = NODES
+        .iter()
+        .map(|node| agent(&world, &pmxcfs, &repo, node, &rollout))
+        .collect();
+
+    // pve1 waits for pve3, saying it is in HA maintenance, and writes nothing meanwhile.
+    let waiting = until(
+        &agents[0],
+        &pmxcfs,
+        "pve1 waits for pve3 in maintenance",
+        |s| held(s).starts_with("wave 2 waits for pve3 (wave 1): in HA maintenance; skipped at "),
+    )
+    .await;
+    assert_eq!(waiting["rollout"]["decision"], "wait", "{waiting:#}");
+    assert_eq!(writes_on(&world, "pve1"), Vec::new(), "{waiting:#}");
+
+    for index in [0, 1] {
+        let status = until(&agents[index], &pmxcfs, "the second wave skips pve3", |s| {
+            applied(s) == Some(&commit)
+        })
+        .await;
+        assert_eq!(
+            status["rollout"]["skipped"],
+            serde_json::json!(["wave 1 node pve3 skipped: in HA maintenance past wave_timeout 6s"]),
+            "{status:#}"
+        );
+        let first_seen = time(&status["rollout"]["first_seen"]);
+        assert!(
+            time(&status["rollout"]["proceeded_at"]) >= first_seen + chrono::Duration::seconds(6),
+            "proceeded before wave_timeout: {status:#}"
+        );
+        let log = agents[index].log_text();
+        assert!(log.contains("wave 1 node pve3 skipped"), "{log}");
+    }
+    // pve3's own agent kept running and publishing, and held its writes for the maintenance.
+    let published = pmxcfs.status_file("pve3").expect("pve3 publishes");
+    assert_ne!(
+        published["applied_revision"],
+        commit.as_str(),
+        "{published:#}"
+    );
+    assert_eq!(
+        writes_on(&world, "pve3"),
+        Vec::new(),
+        "pve3 wrote in maintenance"
+    );
 }
