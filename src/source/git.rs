@@ -630,27 +630,11 @@ impl GitSource {
             .map_err(fetch_error)?
             .with_fetch_tags(gix::remote::fetch::Tags::None);
         let mut connection = remote.connect(Direction::Fetch).map_err(fetch_error)?;
-        let token = self.token.clone();
-        let configured = self.url.clone();
         // Never fall back to git's credential helpers or a terminal prompt: an agent has no
         // one to ask, and the host's helpers are not ours to use. The token goes only to the
         // configured scheme, host and port (SECURITY-AUDIT.md M1: after a redirect to another
         // host, gix asks again for the URL it was redirected to, and got the token).
-        connection.set_credentials(move |action| match (action, &token) {
-            (gix::credentials::helper::Action::Get(context), Some(token))
-                if is_configured_remote(&context, &configured) =>
-            {
-                Ok(Some(gix::credentials::protocol::Outcome {
-                    identity: gix::sec::identity::Account {
-                        username: TOKEN_USER.to_owned(),
-                        password: token.expose_secret().to_owned(),
-                        oauth_refresh_token: None,
-                    },
-                    next: context.into(),
-                }))
-            }
-            _ => Ok(None),
-        });
+        connection.set_credentials(token_credentials(self.token.clone(), self.url.clone()));
         #[cfg(test)]
         if self.accept_invalid_certs {
             connection.set_transport_options(tests::accept_invalid_certs(repo, &self.url));
@@ -742,6 +726,31 @@ fn remove_stale_locks(mirror: &Path) -> Result<(), SourceError> {
         std::fs::remove_file(&path).map_err(|source| SourceError::StaleLock { path, source })?;
     }
     Ok(())
+}
+
+/// The credentials of every fetch: the token (as [`TOKEN_USER`]) for a request to the
+/// configured remote, nothing for any other request.
+pub(super) fn token_credentials(
+    token: Option<SecretString>,
+    configured: gix::Url,
+) -> impl FnMut(
+    gix::credentials::helper::Action,
+) -> gix::Result<Option<gix::credentials::protocol::Outcome>> {
+    move |action| match (action, &token) {
+        (gix::credentials::helper::Action::Get(context), Some(token))
+            if is_configured_remote(&context, &configured) =>
+        {
+            Ok(Some(gix::credentials::protocol::Outcome {
+                identity: gix::sec::identity::Account {
+                    username: TOKEN_USER.to_owned(),
+                    password: token.expose_secret().to_owned(),
+                    oauth_refresh_token: None,
+                },
+                next: context.into(),
+            }))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Whether a credential request is for the configured remote: the same scheme, host and port

@@ -24,9 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use gix::bstr::BString;
 use gix::remote::Direction;
-use secrecy::ExposeSecret;
 
-use super::git::{GitSource, SourceError, TOKEN_USER, is_configured_remote, tree};
+use super::git::{GitSource, SourceError, tree};
 
 /// A fetched pull request head.
 #[derive(Debug)]
@@ -76,23 +75,11 @@ impl GitSource {
             .map_err(fetch_error)?
             .with_fetch_tags(gix::remote::fetch::Tags::None);
         let mut connection = remote.connect(Direction::Fetch).map_err(fetch_error)?;
-        let token = self.token.clone();
-        let configured = self.url.clone();
-        connection.set_credentials(move |action| match (action, &token) {
-            (gix::credentials::helper::Action::Get(context), Some(token))
-                if is_configured_remote(&context, &configured) =>
-            {
-                Ok(Some(gix::credentials::protocol::Outcome {
-                    identity: gix::sec::identity::Account {
-                        username: TOKEN_USER.to_owned(),
-                        password: token.expose_secret().to_owned(),
-                        oauth_refresh_token: None,
-                    },
-                    next: context.into(),
-                }))
-            }
-            _ => Ok(None),
-        });
+        // The same credentials as the followed branch's fetch: the token only for its remote.
+        connection.set_credentials(super::git::token_credentials(
+            self.token.clone(),
+            self.url.clone(),
+        ));
         let prepare = connection
             .prepare_fetch(
                 gix::progress::Discard,
