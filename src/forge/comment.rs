@@ -108,15 +108,10 @@ impl ForgeApi {
             Ok(response) if response.status().is_success() => Ok(response),
             Ok(response) => {
                 let code = response.status();
+                let (retry, text) = super::refused(code);
                 Err(CallError {
-                    retry: code.is_server_error()
-                        || code == reqwest::StatusCode::TOO_MANY_REQUESTS
-                        || code == reqwest::StatusCode::REQUEST_TIMEOUT,
-                    text: if code.is_redirection() {
-                        format!("the forge answered HTTP {code}; redirects are not followed")
-                    } else {
-                        format!("the forge answered HTTP {code}")
-                    },
+                    retry,
+                    text,
                     status: Some(code.as_u16()),
                 })
             }

@@ -487,17 +487,8 @@ impl Sender {
         match request.send().await {
             Ok(response) if response.status().is_success() => Ok(()),
             Ok(response) => {
-                let code = response.status();
-                Err(SendError {
-                    retry: code.is_server_error()
-                        || code == reqwest::StatusCode::TOO_MANY_REQUESTS
-                        || code == reqwest::StatusCode::REQUEST_TIMEOUT,
-                    text: if code.is_redirection() {
-                        format!("the forge answered HTTP {code}; redirects are not followed")
-                    } else {
-                        format!("the forge answered HTTP {code}")
-                    },
-                })
+                let (retry, text) = refused(response.status());
+                Err(SendError { retry, text })
             }
             Err(error) => Err(SendError {
                 retry: true,
@@ -505,6 +496,20 @@ impl Sender {
             }),
         }
     }
+}
+
+/// A forge's answer `code` that is not a success: whether to try again (5xx, 429, 408) and
+/// what to log (a redirect is never followed: the token stays with `api_url`'s host).
+pub(crate) fn refused(code: reqwest::StatusCode) -> (bool, String) {
+    let retry = code.is_server_error()
+        || code == reqwest::StatusCode::TOO_MANY_REQUESTS
+        || code == reqwest::StatusCode::REQUEST_TIMEOUT;
+    let text = if code.is_redirection() {
+        format!("the forge answered HTTP {code}; redirects are not followed")
+    } else {
+        format!("the forge answered HTTP {code}")
+    };
+    (retry, text)
 }
 
 #[cfg(test)]
