@@ -498,7 +498,8 @@ async fn enforce(
         }
     }
     if let (Some(rollout), Ok(done)) = (&deps.rollout, &result) {
-        crate::agent::rollout::after_pass(rollout, &revision.commit, done, cancel);
+        let pve = &deps.context.pve;
+        crate::agent::rollout::after_pass(rollout, pve, &revision.commit, done, cancel).await;
     }
     (result, hooks.gated)
 }

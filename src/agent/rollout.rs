@@ -11,7 +11,10 @@
 //! After every pass this node's health on the revision it enforced is updated and published
 //! with its status (`health_revision`, `healthy_since`, `unhealthy`): healthy means no failed
 //! action and every guest in its declared power state (no `spec.state` drift left). Health is
-//! kept in memory: a restarted agent bakes again from its first healthy pass.
+//! kept in memory: a restarted agent bakes again from its first healthy pass. With
+//! `health = "guest-agent"` also the QEMU guest agent of every VM of this node a pass of the
+//! revision touched (a succeeded action, declared `started`) must answer
+//! `POST .../agent/ping`, after every pass of that revision ([`guests_to_ping`]).
 //!
 //! A waiting agent re-checks on its poll interval: there is no separate timer, so
 //! `[source] poll` bounds how late after the bake a later wave starts.
@@ -46,6 +49,9 @@ struct Health {
 #[derive(Debug, Default)]
 struct Inner {
     health: Health,
+    /// The VMs passes of this revision touched that `health = "guest-agent"` pings after
+    /// every pass of it: (revision, VMs). Reset when the revision changes.
+    touched: Option<(String, BTreeMap<u32, String>)>,
     /// Commits whose first sight could not be read or recorded in the cluster: our own.
     local_first_seen: BTreeMap<String, DateTime<Utc>>,
     view: RolloutView,
@@ -210,10 +216,34 @@ impl Rollout {
             .collect()
     }
 
-    /// Updates this node's health after a pass that enforced `commit`: a failed action or a
-    /// guest left out of its declared power state makes it unhealthy; a pass after which PVE
-    /// matches the revision makes it healthy (since the first such pass in a row).
-    pub fn after_pass(&self, commit: &str, outcome: PassOutcome, failed: u32, plan: &Plan) {
+    /// Adds the VMs a pass of `commit` touched to those touched by earlier passes of it and
+    /// returns them all (vmid → how to name it) when `health = "guest-agent"`; empty
+    /// otherwise.
+    fn touch(&self, commit: &str, vms: BTreeMap<u32, String>) -> BTreeMap<u32, String> {
+        if self.config.health != crate::cluster::rollout_config::Health::GuestAgent {
+            return BTreeMap::new();
+        }
+        let mut inner = self.lock();
+        let touched = match &mut inner.touched {
+            Some((c, touched)) if c == commit => touched,
+            other => &mut other.insert((commit.to_owned(), BTreeMap::new())).1,
+        };
+        touched.extend(vms);
+        touched.clone()
+    }
+
+    /// Updates this node's health after a pass that enforced `commit`: a failed action, a
+    /// guest left out of its declared power state or a guest agent that did not answer
+    /// (`agent`: one reason per VM) makes it unhealthy; a pass after which PVE matches the
+    /// revision makes it healthy (since the first such pass in a row).
+    pub fn after_pass(
+        &self,
+        commit: &str,
+        outcome: PassOutcome,
+        failed: u32,
+        plan: &Plan,
+        agent: &[String],
+    ) {
         let power: Vec<String> = plan
             .findings
             .iter()
@@ -236,6 +266,8 @@ impl Rollout {
             Some(format!("{failed} action(s) failed"))
         } else if !power.is_empty() {
             Some(power.join("; "))
+        } else if !agent.is_empty() {
+            Some(agent.join("; "))
         } else if outcome.is_applied() {
             None
         } else {
@@ -351,9 +383,43 @@ pub fn peer_of(node: &str, status: &NodeStatus, now: SystemTime) -> Peer {
     }
 }
 
-/// Updates `rollout`'s health from a pass that enforced `commit` and planned `done`.
-pub fn after_pass(
+/// The VMs of `node` a pass touched that should answer a guest agent ping: those with a
+/// succeeded action whose manifest declares them `started` (vmid → `VM/name`). Containers
+/// have no QEMU guest agent; a stopped VM's agent cannot answer (qemu-server @ e6352be6
+/// `src/PVE/QemuServer/Agent.pm`, `assert_agent_available`: "VM N is not running").
+pub fn guests_to_ping(
+    node: &str,
+    report: &crate::execute::ApplyReport,
+    desired: &proxops_core::repository::DesiredState,
+) -> BTreeMap<u32, String> {
+    use proxops_core::manifest::{PowerState, Spec};
+    report
+        .results
+        .iter()
+        .filter(|r| matches!(r.outcome, crate::execute::Outcome::Succeeded { .. }))
+        .filter(|r| {
+            r.action.node == node && r.action.resource.kind == proxops_core::resource::Kind::Vm
+        })
+        .filter_map(|r| {
+            let resource = desired.manifest.get(&r.action.resource)?;
+            match &resource.spec {
+                Some(Spec::Vm(vm))
+                    if vm.state == PowerState::Started && vm.node.as_str() == node =>
+                {
+                    Some((vm.vmid.get(), r.action.resource.to_string()))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Updates `rollout`'s health from a pass that enforced `commit` and planned `done`; with
+/// `health = "guest-agent"` it first pings, through `pve`, the guest agent of every VM the
+/// passes of `commit` touched ([`guests_to_ping`]).
+pub async fn after_pass(
     rollout: &Rollout,
+    pve: &proxops_pve::PveClient,
     commit: &str,
     done: &crate::reconcile::Pass,
     cancel: &CancellationToken,
@@ -366,11 +432,29 @@ pub fn after_pass(
         Some(report) => (PassOutcome::Failed, report.counts().1),
         None => (PassOutcome::NoChange, 0),
     };
+    let touched = done
+        .report
+        .as_ref()
+        .map(|report| guests_to_ping(&rollout.node, report, &done.desired))
+        .unwrap_or_default();
+    let mut agent = Vec::new();
+    for (vmid, name) in rollout.touch(commit, touched) {
+        if let Err(e) = pve.qemu_agent_ping(&rollout.node, vmid).await {
+            agent.push(format!(
+                "guest agent of {name} (vmid {vmid}) did not answer: {}",
+                e.to_string().trim_end()
+            ));
+        }
+        if cancel.is_cancelled() {
+            return;
+        }
+    }
     rollout.after_pass(
         commit,
         outcome,
         u32::try_from(failed).unwrap_or(u32::MAX),
         &done.plan,
+        &agent,
     );
 }
 
@@ -421,24 +505,129 @@ mod tests {
     fn health_holds_its_since_across_healthy_passes_and_resets_on_a_failure_or_power_drift() {
         let r = rollout();
         let commit = "c".repeat(40);
-        r.after_pass(&commit, PassOutcome::Applied, 0, &Plan::default());
+        r.after_pass(&commit, PassOutcome::Applied, 0, &Plan::default(), &[]);
         let first = r.view();
         assert_eq!(first.health_revision.as_deref(), Some(commit.as_str()));
         assert!(first.healthy_since.is_some() && first.unhealthy.is_none());
-        r.after_pass(&commit, PassOutcome::NoChange, 0, &Plan::default());
+        r.after_pass(&commit, PassOutcome::NoChange, 0, &Plan::default(), &[]);
         assert_eq!(r.view().healthy_since, first.healthy_since, "still baking");
         // A held pass says nothing new.
-        r.after_pass(&commit, PassOutcome::Failed, 0, &Plan::default());
+        r.after_pass(&commit, PassOutcome::Failed, 0, &Plan::default(), &[]);
         assert_eq!(r.view().healthy_since, first.healthy_since);
-        r.after_pass(&commit, PassOutcome::NoChange, 0, &power_drift());
+        r.after_pass(&commit, PassOutcome::NoChange, 0, &power_drift(), &[]);
         let view = r.view();
         assert_eq!(view.healthy_since, None);
         assert_eq!(
             view.unhealthy.as_deref(),
             Some("VM/web on pve3 is stopped, declared started")
         );
-        r.after_pass(&commit, PassOutcome::Failed, 2, &Plan::default());
+        r.after_pass(&commit, PassOutcome::Failed, 2, &Plan::default(), &[]);
         assert_eq!(r.view().unhealthy.as_deref(), Some("2 action(s) failed"));
+    }
+
+    fn vm(name: &str, node: &str, vmid: u32, state: &str) -> String {
+        format!(
+            "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata: {{name: {name}}}\nspec:\n  \
+             node: {node}\n  vmid: {vmid}\n  state: {state}\n  memory: 1GiB\n  \
+             cpu: {{type: host, cores: 1}}\n  disks: [{{storage: local-lvm, size: 8GiB}}]\n"
+        )
+    }
+
+    fn started(
+        name: &str,
+        node: &str,
+        vmid: u32,
+        outcome: crate::execute::Outcome,
+    ) -> crate::execute::ActionResult {
+        crate::execute::ActionResult {
+            action: proxops_core::plan::Action {
+                resource: ResourceId::new(proxops_core::resource::Kind::Vm, name),
+                node: node.to_owned(),
+                verb: proxops_core::plan::Verb::Start(proxops_core::plan::GuestRef {
+                    vmid,
+                    guest_type: proxops_core::guest::GuestType::Qemu,
+                }),
+                reason: String::new(),
+            },
+            outcome,
+            backup: None,
+        }
+    }
+
+    #[test]
+    fn the_guests_to_ping_are_the_started_vms_of_this_node_a_succeeded_action_touched() {
+        let files: BTreeMap<String, String> = [
+            ("app.yaml", vm("app", "pve3", 105, "started")),
+            ("cold.yaml", vm("cold", "pve3", 106, "stopped")),
+            ("broken.yaml", vm("broken", "pve3", 107, "started")),
+            ("other.yaml", vm("other", "pve1", 108, "started")),
+            ("idle.yaml", vm("idle", "pve3", 109, "started")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let loaded = proxops_core::repository::load(&files);
+        assert!(!loaded.has_errors(), "{:?}", loaded.diagnostics);
+        let desired = loaded.states.into_iter().next().unwrap();
+        let ok = || crate::execute::Outcome::Succeeded {
+            upid: None,
+            exitstatus: "OK".to_owned(),
+        };
+        let report = crate::execute::ApplyReport {
+            results: vec![
+                started("app", "pve3", 105, ok()),
+                started("cold", "pve3", 106, ok()),
+                started(
+                    "broken",
+                    "pve3",
+                    107,
+                    crate::execute::Outcome::Skipped {
+                        reason: "held".to_owned(),
+                    },
+                ),
+                started("other", "pve1", 108, ok()),
+            ],
+            held_back: None,
+            findings: Vec::new(),
+        };
+        let ping = guests_to_ping("pve3", &report, &desired);
+        assert_eq!(ping, BTreeMap::from([(105, "VM/app".to_owned())]));
+    }
+
+    #[test]
+    fn guest_agent_health_pings_every_vm_the_revision_touched_until_the_revision_changes() {
+        let mut r = rollout();
+        let commit = "c".repeat(40);
+        let touched = |vmid: u32| BTreeMap::from([(vmid, format!("VM/{vmid}"))]);
+        assert!(
+            r.touch(&commit, touched(105)).is_empty(),
+            "power health pings nothing"
+        );
+        r.config.health = HealthKind::GuestAgent;
+        assert_eq!(r.touch(&commit, touched(105)).len(), 1);
+        assert_eq!(
+            r.touch(&commit, BTreeMap::new()).keys().collect::<Vec<_>>(),
+            [&105],
+            "a later pass with nothing to do still pings what the revision touched"
+        );
+        let next = "d".repeat(40);
+        assert_eq!(
+            r.touch(&next, touched(110)).keys().collect::<Vec<_>>(),
+            [&110]
+        );
+        r.after_pass(
+            &next,
+            PassOutcome::NoChange,
+            0,
+            &Plan::default(),
+            &[
+                "guest agent of VM/x (vmid 110) did not answer: QEMU guest agent is not running"
+                    .to_owned(),
+            ],
+        );
+        let view = r.view();
+        assert_eq!(view.healthy_since, None);
+        assert!(view.unhealthy.unwrap().contains("vmid 110"));
     }
 
     fn published(heartbeat_at: SystemTime) -> NodeStatus {

@@ -9,7 +9,9 @@
 //! - pve3 in PVE's HA maintenance (its agent running and publishing, its writes held): pve1
 //!   and pve2 wait for it, then skip it after `wave_timeout` and report it skipped;
 //! - a failing action on pve3 (a simulator fault) halts pve1 and pve2, each naming the wave
-//!   and node that failed, and they write nothing.
+//!   and node that failed, and they write nothing;
+//! - with `health = "guest-agent"`, the QEMU guest agent of the VM pve3 started not
+//!   answering (the simulator told so) halts pve1 and pve2, naming the VM.
 
 use std::time::{Duration, Instant};
 
@@ -415,4 +417,66 @@ async fn a_first_wave_node_in_ha_maintenance_is_waited_for_then_skipped_after_wa
         Vec::new(),
         "pve3 wrote in maintenance"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_wave_vm_whose_guest_agent_does_not_answer_halts_the_second_wave_naming_it() {
+    let world = world().await;
+    let pmxcfs = Pmxcfs::new(Duration::from_secs(120));
+    let repo = TestRepo::new();
+    let mut files = one_vm_per_node(500);
+    // pve3's VM is declared running, with the QEMU guest agent on.
+    let app = vm("app-pve3", "pve3", 510).replace("state: stopped", "state: started")
+        + "  options: {agent: true}\n";
+    files.push(("vm/app-pve3.yaml".to_owned(), app));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let commit = repo.commit_files(&refs, "one VM per node and a running app on pve3");
+    // A long bake: pve3's first pass may ping before the agent is stopped below; the pings of
+    // its later passes on the same revision must then turn it unhealthy before the bake ends.
+    let rollout = rollout_toml("10m", "10m") + "health = \"guest-agent\"\n";
+    let agents: Vec<AgentProcess> = NODES
+        .iter()
+        .map(|node| agent(&world, &pmxcfs, &repo, node, &rollout))
+        .collect();
+    // Stop the guest agent inside VM 510 as soon as pve3 has created it.
+    let deadline = Instant::now() + PATIENCE;
+    while !world.sim.control().set_guest_agent_running(510, false) {
+        assert!(Instant::now() < deadline, "pve3 never created VM 510");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let why = "guest agent of VM/app-pve3 (vmid 510) did not answer";
+    let prefix = format!(
+        "rollout halted: wave 1 node pve3 failed: unhealthy on {}: {why}",
+        &commit[..12]
+    );
+    for (index, node) in [(0, "pve1"), (1, "pve2")] {
+        let status = until(
+            &agents[index],
+            &pmxcfs,
+            "halted by pve3's guest agent",
+            |s| held(s).starts_with(&prefix),
+        )
+        .await;
+        assert_eq!(status["rollout"]["decision"], "halt", "{node}: {status:#}");
+        assert!(
+            held(&status).contains("QEMU guest agent is not running"),
+            "{node}: PVE's reason is kept: {status:#}"
+        );
+    }
+    assert!(
+        world.requests().iter().any(|r| r.method == "POST"
+            && r.path == "/nodes/pve3/qemu/510/agent/ping"
+            && r.status == 500),
+        "pve3 pinged the guest agent of the VM it started"
+    );
+    for node in ["pve1", "pve2"] {
+        assert_eq!(
+            writes_on(&world, node),
+            Vec::new(),
+            "{node} wrote despite the halt"
+        );
+    }
 }

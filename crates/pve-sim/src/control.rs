@@ -109,6 +109,21 @@ impl SimControl {
             .is_some()
     }
 
+    /// Whether the QEMU guest agent inside VM `vmid` answers (the default) or not, as when
+    /// the `qemu-guest-agent` service in the guest is stopped or hung: then every
+    /// `/agent/<command>` call fails with "QEMU guest agent is not running" (qemu-server @
+    /// e6352be6 `src/PVE/QemuServer/Agent.pm`, `assert_agent_available` after
+    /// `qga_check_running`'s `guest-ping` times out). Returns false when there is no such
+    /// guest.
+    pub fn set_guest_agent_running(&self, vmid: u32, running: bool) -> bool {
+        let mut cluster = self.shared.cluster();
+        cluster
+            .guests
+            .get_mut(&vmid)
+            .map(|g| g.agent_stopped = !running)
+            .is_some()
+    }
+
     /// Runs pvestatd's status update now, as if its next 10 s tick had come: guests created,
     /// started, stopped or promoted since the last run show their new `status`, `name` and
     /// `template` in `/cluster/resources`. Does nothing when the stats interval is zero.

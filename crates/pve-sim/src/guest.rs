@@ -60,6 +60,9 @@ pub(crate) struct Guest {
     /// The guest OS ignores ACPI power-down requests (a hung guest, or one without ACPI
     /// support): `shutdown` waits its `timeout`, then fails or, with `forceStop`, kills it.
     pub(crate) ignores_shutdown: bool,
+    /// The QEMU guest agent inside the VM does not answer (issue 22): `/agent/*` fails with
+    /// "QEMU guest agent is not running" (see `api::qemu::agent`).
+    pub(crate) agent_stopped: bool,
     /// The config's `[snapname]` sections (issue 19), by name: see [`Snapshot`].
     pub(crate) snapshots: BTreeMap<String, Snapshot>,
 }
@@ -93,6 +96,7 @@ impl Guest {
             started_at: None,
             pid: None,
             ignores_shutdown: false,
+            agent_stopped: false,
             snapshots: BTreeMap::new(),
         }
     }

@@ -402,6 +402,17 @@ impl PveClient {
             .await
     }
 
+    /// `POST /nodes/{node}/qemu/{vmid}/agent/ping`: `Ok` when the VM's QEMU guest agent
+    /// answers.
+    ///
+    /// # Errors
+    /// See [`execute`](Self::execute); PVE's 500 message says why the agent did not answer.
+    pub async fn qemu_agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError> {
+        self.execute(&request::qemu_agent_ping(node, vmid))
+            .await
+            .map(drop)
+    }
+
     /// `GET /nodes`.
     ///
     /// # Errors

@@ -664,6 +664,20 @@ pub fn qemu_resize(node: &str, vmid: u32, disk: &str, size: &str) -> Request {
     guest_resize(Guest::Qemu, node, vmid, disk, size)
 }
 
+/// `POST /nodes/{node}/qemu/{vmid}/agent/ping`: answers `{"result": {}}` when the VM's QEMU
+/// guest agent answers; 500 "No QEMU guest agent configured", "VM N is not running" or
+/// "QEMU guest agent is not running" otherwise (qemu-server @ e6352be6
+/// `src/PVE/API2/Qemu/Agent.pm` `register_command`, `src/PVE/QemuServer/Agent.pm`
+/// `assert_agent_available`; needs `VM.GuestAgent.Audit` or `VM.GuestAgent.Unrestricted`
+/// on `/vms/{vmid}`).
+pub fn qemu_agent_ping(node: &str, vmid: u32) -> Request {
+    Request::new(
+        Method::Post,
+        "/nodes/{node}/qemu/{vmid}/agent/ping",
+        &[node, &vmid.to_string()],
+    )
+}
+
 // ---- lxc ---------------------------------------------------------------------------------
 
 /// `GET /nodes/{node}/lxc`.
@@ -935,6 +949,7 @@ pub fn all_endpoints_for_contract() -> Vec<Request> {
         qemu_pending("pve1", 100),
         qemu_status_current("pve1", 100),
         qemu_start("pve1", 100),
+        qemu_agent_ping("pve1", 100),
         qemu_stop("pve1", 100),
         qemu_shutdown_or_stop("pve1", 100, 120),
         qemu_reboot("pve1", 100, Some(60)),
@@ -1312,7 +1327,7 @@ mod tests {
         let distinct: std::collections::HashSet<_> =
             all.iter().map(|r| (r.method, r.template)).collect();
         assert_eq!(distinct.len(), all.len(), "one request per builder");
-        assert_eq!(all.len(), 48 + 10 + 2);
+        assert_eq!(all.len(), 48 + 10 + 2 + 1);
         for req in &all {
             // the concrete path has as many segments as its template
             assert_eq!(

@@ -432,7 +432,10 @@ pub(super) fn clone_config(
     Ok(out)
 }
 
-/// `/agent/<command>`.
+/// `/agent/<command>` (qemu-server @ e6352be6 `src/PVE/API2/Qemu/Agent.pm`,
+/// `register_command`: `{ result => mon_cmd("guest-$cmd") }`, guarded by
+/// `src/PVE/QemuServer/Agent.pm` `assert_agent_available`: not configured, VM not running,
+/// agent not answering — in that order).
 pub(super) fn agent(ctx: &Ctx, command: &str) -> ApiResult {
     let node = ctx.node().to_string();
     let vmid = ctx.params.vmid("vmid")?;
@@ -449,6 +452,9 @@ pub(super) fn agent(ctx: &Ctx, command: &str) -> ApiResult {
     }
     if !g.running {
         return Err(ApiError::die(format!("VM {vmid} is not running")));
+    }
+    if g.agent_stopped {
+        return Err(ApiError::die("QEMU guest agent is not running"));
     }
     let result = match command {
         "ping" => json!({}),

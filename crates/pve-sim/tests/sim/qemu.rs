@@ -614,6 +614,25 @@ async fn the_guest_agent_answers_when_configured_and_running() {
 }
 
 #[tokio::test]
+async fn a_guest_agent_that_does_not_answer_fails_the_ping_until_it_runs_again() {
+    let s = sim().await;
+    s.create_vm("101", &[("agent", "1")]).await;
+    let upid = s
+        .post("/nodes/pve1/qemu/101/status/start", &[])
+        .await
+        .upid();
+    s.wait_ok(&upid).await;
+    assert!(s.sim.control().set_guest_agent_running(101, false));
+    assert!(!s.sim.control().set_guest_agent_running(999, false));
+    let r = s.post("/nodes/pve1/qemu/101/agent/ping", &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.message(), "QEMU guest agent is not running\n");
+    assert!(s.sim.control().set_guest_agent_running(101, true));
+    let r = s.post("/nodes/pve1/qemu/101/agent/ping", &[]).await;
+    assert_eq!(r.body, serde_json::json!({"data": {"result": {}}}));
+}
+
+#[tokio::test]
 async fn create_with_start_forks_a_separate_start_task() {
     let s = sim().await;
     let upid = s
