@@ -21,8 +21,7 @@
 //! one), the https token goes only to the configured host and no redirect is followed, and the
 //! manifest files of a commit are sized from their object headers against the revision budget
 //! before any is read (SECURITY-AUDIT.md H3, M1, M2).
-//! One exception on the client side: gix's `git://` transport reads `GIT_OVERRIDE_VIRTUAL_HOST`
-//! from the process environment whatever the options say.
+//! `git://` connections are made by [`daemon`] (no Nagle, no delayed ACKs), not by gix.
 //!
 //! One user: `open` clears lock files a killed predecessor left in the mirror, so only one
 //! `GitSource` per state directory may exist at a time (one agent per state directory).
@@ -30,6 +29,7 @@
 //! Blocking: `fetch` blocks; the agent runs it in `spawn_blocking` with an interrupt flag that
 //! the shutdown token sets.
 
+mod daemon;
 mod remote_url;
 pub(super) mod tree;
 mod unpack;
@@ -629,7 +629,7 @@ impl GitSource {
             .and_then(|remote| remote.with_refspecs([refspec.as_str()], Direction::Fetch))
             .map_err(fetch_error)?
             .with_fetch_tags(gix::remote::fetch::Tags::None);
-        let mut connection = remote.connect(Direction::Fetch).map_err(fetch_error)?;
+        let mut connection = connect(&remote).map_err(fetch_error)?;
         // Never fall back to git's credential helpers or a terminal prompt: an agent has no
         // one to ask, and the host's helpers are not ours to use. The token goes only to the
         // configured scheme, host and port (SECURITY-AUDIT.md M1: after a redirect to another
@@ -685,6 +685,31 @@ impl GitSource {
             url: self.display_url.clone(),
             branch: self.branch.clone(),
         }
+    }
+}
+
+/// Opens `remote`'s fetch connection: `git://` through [`daemon`] (gix's own would stall about
+/// 40 ms per request), every other scheme through gix.
+pub(super) fn connect<'a, 'repo>(
+    remote: &'a gix::Remote<'repo>,
+) -> Result<
+    gix::remote::Connection<
+        'a,
+        'static,
+        'repo,
+        Box<dyn gix::protocol::transport::client::blocking_io::Transport + Send>,
+    >,
+    gix::Error,
+> {
+    if remote
+        .url(Direction::Fetch)
+        .is_some_and(|url| url.scheme == gix::url::Scheme::Git)
+    {
+        let (url, version) = remote.sanitized_url_and_version(Direction::Fetch)?;
+        let transport = daemon::connect(&url, version).map_err(gix::Error::from_error)?;
+        Ok(remote.to_connection_with_transport(transport))
+    } else {
+        remote.connect(Direction::Fetch)
     }
 }
 

@@ -74,7 +74,7 @@ impl GitSource {
             .and_then(|remote| remote.with_refspecs([refspec.as_str()], Direction::Fetch))
             .map_err(fetch_error)?
             .with_fetch_tags(gix::remote::fetch::Tags::None);
-        let mut connection = remote.connect(Direction::Fetch).map_err(fetch_error)?;
+        let mut connection = super::git::connect(&remote).map_err(fetch_error)?;
         // The same credentials as the followed branch's fetch: the token only for its remote.
         connection.set_credentials(super::git::token_credentials(
             self.token.clone(),
