@@ -63,6 +63,10 @@ async fn a_push_is_pending_then_success_a_typo_is_error_and_a_failed_action_is_f
     );
     assert_eq!(success.method, "POST");
     assert_eq!(
+        success.operation, "repoCreateStatus",
+        "Gitea's operation, from its description"
+    );
+    assert_eq!(
         success.path,
         format!("/api/v1/repos/ops/proxmox/statuses/{first}")
     );
