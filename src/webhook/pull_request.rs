@@ -12,7 +12,10 @@
 //!   (go-gitea/gitea `modules/webhook/type.go`, `HookEventType.Event`); the actions are
 //!   `HookIssueOpened` `opened`, `HookIssueReOpened` `reopened` and `HookIssueSynchronized`
 //!   `synchronized` (go-gitea/gitea @ 040cb8b6, `modules/structs/hook.go`, `HookIssueAction`);
-//!   the payload is `PullRequestPayload` (`action`, `number`, `pull_request`).
+//!   the payload is `PullRequestPayload` (`action`, `number`, `pull_request`). Woodpecker CI's
+//!   Gitea test payloads agree (woodpecker-ci/woodpecker, `server/forge/gitea/fixtures/
+//!   HookPullRequest{,Updated,Reopened,Closed}.json`: `opened`, `synchronized`, `reopened`,
+//!   `closed`, copied to `tests/fixtures/webhooks/gitea/`).
 //! - Forgejo: Gitea's payload and action names (a fork of Gitea; its sources were not
 //!   fetched), sent with `X-Forgejo-Event` and `X-Gitea-Event` (see [`super::provider`]);
 //!   Woodpecker CI's Forgejo test payloads agree (woodpecker-ci/woodpecker @ a4cb541b,
@@ -131,13 +134,25 @@ mod tests {
     }
 
     #[test]
-    fn gitea_and_forgejo_synchronized_asks_for_a_preview_and_edited_does_not() {
-        let synced = fixture("gitea/derived-pull_request_synchronized.json");
+    fn gitea_opened_reopened_and_synchronized_ask_for_a_preview_and_closed_and_edited_do_not() {
+        // Woodpecker CI's Gitea test payloads (tests/fixtures/webhooks/PROVENANCE.md).
+        let read = |name: &str| fixture(&format!("gitea/woodpecker-{name}.json"));
         let edited = fixture("gitea/goscm-pull_request_edited.json");
         for provider in [Provider::Gitea, Provider::Forgejo] {
-            let pr = parse(provider, &synced).unwrap();
-            assert_eq!((pr.number, pr.base.as_str()), (1, "master"));
-            assert_eq!(pr.action, Action::Preview);
+            let opened = parse(provider, &read("HookPullRequest")).unwrap();
+            assert_eq!((opened.number, opened.base.as_str()), (1, "main"));
+            assert_eq!(opened.action, Action::Preview);
+            let reopened = parse(provider, &read("HookPullRequestReopened")).unwrap();
+            assert_eq!((reopened.number, reopened.action), (1, Action::Preview));
+            let synced = parse(provider, &read("HookPullRequestUpdated")).unwrap();
+            assert_eq!((synced.number, synced.base.as_str()), (2, "main"));
+            assert_eq!(synced.action, Action::Preview);
+            assert_eq!(
+                parse(provider, &read("HookPullRequestClosed"))
+                    .unwrap()
+                    .action,
+                Action::Ignored("closed".to_owned())
+            );
             assert_eq!(
                 parse(provider, &edited).unwrap().action,
                 Action::Ignored("edited".to_owned())

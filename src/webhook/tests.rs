@@ -301,7 +301,6 @@ async fn a_signed_pull_request_into_the_followed_branch_asks_for_one_preview_and
     let opened = fixture("github/octokit-pull_request-opened.json");
     let synced = fixture("github/octokit-pull_request-synchronize.json");
     let closed = fixture("github/octokit-pull_request-closed.json");
-    let gitea = fixture("gitea/derived-pull_request_synchronized.json");
     let cases = [
         (
             signed(Provider::GitHub, SECRET, "pull_request", opened),
@@ -316,10 +315,6 @@ async fn a_signed_pull_request_into_the_followed_branch_asks_for_one_preview_and
             signed(Provider::GitHub, SECRET, "pull_request", closed),
             "ignored\n",
         ),
-        (
-            signed(Provider::Forgejo, SECRET, "pull_request", gitea),
-            "preview requested\n",
-        ),
     ];
     for (request, reply) in cases {
         assert_eq!(
@@ -327,6 +322,20 @@ async fn a_signed_pull_request_into_the_followed_branch_asks_for_one_preview_and
             (StatusCode::ACCEPTED, reply.to_owned())
         );
     }
+    // Woodpecker CI's Gitea `reopened` payload (pull request 1 into `main`), delivered as
+    // Forgejo sends it, to an agent following `main`.
+    let (on_main, mut main_rx) = receiver(SECRET, "main");
+    let on_main = on_main.with_previews(Some(previews.clone()));
+    let gitea = fixture("gitea/woodpecker-HookPullRequestReopened.json");
+    assert_eq!(
+        send(
+            &on_main,
+            signed(Provider::Forgejo, SECRET, "pull_request", gitea)
+        )
+        .await,
+        (StatusCode::ACCEPTED, "preview requested\n".to_owned())
+    );
+    assert_no_nudge(&mut main_rx);
     assert!(previews.waiting(2) && previews.waiting(1));
     assert_no_nudge(&mut rx);
     // Unsigned, it is refused like a push.

@@ -1,7 +1,8 @@
 //! Issue 18 items 1, 2 and 5 end to end: the agent binary following a real git repository
 //! (git daemon) against the simulator, with `[forge]` pointing at the test forge
-//! (tests/it/support/forge.rs), which checks every call against the vendored GitHub and
-//! Gitea API descriptions (tests/forge/) and records it.
+//! (tests/it/support/forge.rs), which checks every call against the forge's own published
+//! API description (GitHub, Gitea or Forgejo, vendored verbatim in tests/forge/) and records
+//! it.
 
 use crate::agent::start_agent;
 use crate::git_server::TestRepo;
@@ -62,6 +63,10 @@ async fn a_push_is_pending_then_success_a_typo_is_error_and_a_failed_action_is_f
         "one pending, then success, nothing repeated"
     );
     assert_eq!(success.method, "POST");
+    assert_eq!(
+        success.operation, "repoCreateStatus",
+        "Gitea's operation, from its description"
+    );
     assert_eq!(
         success.path,
         format!("/api/v1/repos/ops/proxmox/statuses/{first}")
@@ -267,4 +272,39 @@ async fn two_nodes_each_write_pending_then_success_under_their_own_context() {
         assert_eq!(states, ["pending", "success"], "{context}");
     }
     forge.assert_all_valid();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kind_forgejo_writes_pending_then_success_as_forgejos_own_description_has_it() {
+    let world = World::start(&[]).await;
+    let repo = TestRepo::new();
+    let head = repo.commit_files(
+        &[("vm/web-1.yaml", &vm("web-1", 101, "memory: 512MiB"))],
+        "web-1",
+    );
+    let forge = TestForge::start(Api::Forgejo, TOKEN).await;
+    let section = forge_toml(&world, "forgejo", &forge.api_url());
+    let (agent, _daemon) = start_agent(&world, &repo, |t| t.poll("1s").raw(&section)).await;
+    let log = || agent.log_text();
+    let success = forge
+        .wait_for(
+            "success",
+            |c| c.sha() == head && c.state() == "success",
+            log,
+        )
+        .await;
+    let calls = forge.accepted();
+    let states: Vec<&str> = for_commit(&calls, &head)
+        .iter()
+        .map(|c| c.state())
+        .collect();
+    assert_eq!(states, ["pending", "success"]);
+    assert_eq!(success.operation, "repoCreateStatus");
+    assert_eq!(
+        success.path,
+        format!("/api/v1/repos/ops/proxmox/statuses/{head}")
+    );
+    assert_eq!(success.authorization, format!("token {TOKEN}"));
+    forge.assert_all_valid();
+    assert!(!log().contains(TOKEN), "the token is in the agent's log");
 }

@@ -435,7 +435,8 @@ async fn a_preview_never_decrypts_sops_so_it_plans_a_repository_whose_key_is_abs
         .map(|(p, t)| (p.as_str(), t.as_str()))
         .collect();
     repo.commit_files(&refs, "sops");
-    let forge = TestForge::start(Api::Gitea, TOKEN).await;
+    // kind = "forgejo": every call is checked against Forgejo's own description.
+    let forge = TestForge::start(Api::Forgejo, TOKEN).await;
     let section = forge_toml(&world, "forgejo", &forge);
     // No age identity at all: a pass on main is refused (it would have to decrypt).
     let (agent, _daemon) = start_agent(&world, &repo, |t| t.cluster("lab").raw(&section)).await;
@@ -482,6 +483,14 @@ async fn a_preview_never_decrypts_sops_so_it_plans_a_repository_whose_key_is_abs
         .find(|c| c.path.ends_with(&format!("/statuses/{head}")))
         .unwrap();
     assert_eq!(status.state(), "success", "{status:?}");
+    let mut operations: Vec<String> = forge.accepted().into_iter().map(|c| c.operation).collect();
+    operations.sort();
+    operations.dedup();
+    assert_eq!(
+        operations,
+        ["issueCreateComment", "issueGetComments", "repoCreateStatus"],
+        "Forgejo's operations, as its description names them"
+    );
     assert!(world.writes().is_empty(), "{:#?}", world.writes());
     assert!(
         !log().contains("cloud-init references resolved"),
