@@ -73,6 +73,7 @@ pub async fn report(pass: &PassArgs) -> anyhow::Result<Report> {
         desired: Some(&planned.desired),
         plan: Some(&planned.plan),
         secrets,
+        safety_net: &check::safety_net::SafetyNet::from_config(&config),
     })
     .await)
 }
@@ -97,6 +98,7 @@ fn print_report(report: &Report) -> anyhow::Result<()> {
             Status::Ok => "ok     ",
             Status::Problem => "PROBLEM",
             Status::Skipped => "skipped",
+            Status::Warning => "warning",
         };
         writeln!(
             out,
