@@ -1133,10 +1133,8 @@ fn ha_item(token_id: &str, ha: &Requirement, granted: &Granted) -> Item {
         ),
         format!(
             "if you use HA: {}",
-            grant_hint(token_id, &pp("/", "Sys.Audit")).replace(
-                "<a role with Sys.Audit>",
-                "PVEAuditor"
-            )
+            grant_hint(token_id, &pp("/", "Sys.Audit"))
+                .replace("<a role with Sys.Audit>", "PVEAuditor")
         ),
     )
 }
