@@ -266,3 +266,154 @@ pub struct Mark {
     #[serde(flatten)]
     pub first: First,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proxops_core::guest::GuestType;
+    use proxops_core::plan::{GuestRef, Update};
+    use proxops_core::resource::{Kind, ResourceId};
+    use proxops_pve::backup::BackupMode;
+
+    use super::*;
+
+    fn desired(annotations: &str) -> DesiredState {
+        let vm = format!(
+            "apiVersion: proxops/v1alpha1\nkind: VM\nmetadata:\n  name: web\n{annotations}\
+             spec:\n  node: pve1\n  vmid: 120\n  state: started\n  memory: 1GiB\n  cpu: {{type: host, cores: 1}}\n  \
+             disks:\n    - {{storage: local-lvm, size: 8GiB, interface: scsi0}}\n"
+        );
+        let loaded =
+            proxops_core::repository::load(&BTreeMap::from([("vm/web.yaml".to_owned(), vm)]));
+        assert!(!loaded.has_errors(), "{:?}", loaded.diagnostics);
+        loaded.state(None).unwrap().clone()
+    }
+
+    fn action(verb: Verb) -> Action {
+        Action {
+            resource: ResourceId::new(Kind::Vm, "web"),
+            node: "pve1".into(),
+            verb,
+            reason: "test".into(),
+        }
+    }
+
+    fn memory_update() -> Action {
+        action(Verb::Update(Update {
+            vmid: 120,
+            guest_type: GuestType::Qemu,
+            set: BTreeMap::from([("memory".to_owned(), "2048".to_owned())]),
+            delete: BTreeSet::new(),
+            digest: None,
+            grow: Vec::new(),
+            changes: Vec::new(),
+            regenerate_cloudinit: false,
+        }))
+    }
+
+    fn delete() -> Action {
+        action(Verb::Delete(GuestRef {
+            vmid: 120,
+            guest_type: GuestType::Qemu,
+        }))
+    }
+
+    fn plan(actions: Vec<Action>) -> Plan {
+        Plan {
+            levels: vec![actions],
+            ..Plan::default()
+        }
+    }
+
+    fn net(snapshot: SnapshotMode, backup: bool, ping: bool) -> SafetyNet {
+        SafetyNet {
+            snapshot,
+            backup: backup.then(|| BackupPolicy {
+                storage: "nas".into(),
+                mode: BackupMode::Stop,
+            }),
+            ping_node: ping.then(|| "pve1".to_owned()),
+        }
+    }
+
+    fn asked(reqs: &[Requirement]) -> Vec<String> {
+        reqs.iter()
+            .map(|r| {
+                r.options
+                    .iter()
+                    .map(|o| {
+                        o.iter()
+                            .map(|p| format!("{} {}", p.privilege, p.path))
+                            .collect::<Vec<_>>()
+                            .join(" + ")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_risky_update_gets_a_snapshot_and_its_annotation_can_turn_it_off() {
+        let p = plan(vec![memory_update()]);
+        let on = net(SnapshotMode::Risky, false, false);
+        assert_eq!(
+            asked(&on.requirements(&p, &desired(""), Some(9))),
+            vec!["VM.Snapshot /vms/120", "VM.Audit /vms/120"]
+        );
+        let off = desired("  annotations:\n    proxops/snapshot: \"off\"\n");
+        assert!(on.requirements(&p, &off, Some(9)).is_empty());
+        assert_eq!(
+            on.marks(&p, &desired("")),
+            vec![Mark {
+                resource: "VM/web".into(),
+                node: "pve1".into(),
+                verb: "update".into(),
+                first: First::Snapshot {
+                    mode: "risky".into(),
+                    set_by: SetBy::Policy,
+                },
+            }]
+        );
+    }
+
+    #[test]
+    fn a_delete_is_backed_up_first_only_with_the_policy() {
+        let p = plan(vec![delete()]);
+        let d = desired("");
+        assert!(
+            net(SnapshotMode::Updates, false, false)
+                .requirements(&p, &d, None)
+                .is_empty()
+        );
+        let with = net(SnapshotMode::Off, true, false);
+        assert_eq!(
+            asked(&with.requirements(&p, &d, None)),
+            vec!["VM.Backup /vms/120 + Datastore.AllocateSpace /storage/nas"]
+        );
+        assert_eq!(
+            with.first(&delete(), &d).unwrap().describe(),
+            "backed up to nas first (vzdump, mode stop)"
+        );
+    }
+
+    #[test]
+    fn the_guest_agent_ping_privilege_follows_the_pve_major_version() {
+        let p = plan(vec![memory_update(), delete()]);
+        let d = desired("");
+        let ping = net(SnapshotMode::Off, false, true);
+        let agent = "VM.GuestAgent.Audit /vms/120 | VM.GuestAgent.Unrestricted /vms/120";
+        assert_eq!(asked(&ping.requirements(&p, &d, Some(9))), vec![agent]);
+        assert_eq!(asked(&ping.requirements(&p, &d, None)), vec![agent]);
+        assert_eq!(
+            asked(&ping.requirements(&p, &d, Some(8))),
+            vec!["VM.Monitor /vms/120"]
+        );
+        assert!(
+            net(SnapshotMode::Off, false, false)
+                .requirements(&p, &d, Some(9))
+                .is_empty()
+        );
+    }
+}
