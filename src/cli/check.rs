@@ -2,7 +2,8 @@
 //! that the node, storages (with their content types), bridges and token privileges the
 //! manifests and the current plan need are there. Logic in [`crate::check`].
 //!
-//! Output: a checklist (`ok` / `PROBLEM` with what to do / `skipped`), or `--json`. Exit codes:
+//! Output: a checklist (`ok` / `PROBLEM` with what to do / `skipped` / `warning`), or `--json`.
+//! A warning (the agent works with a feature less) does not fail the check. Exit codes:
 //! 0 when every check passes, 1 otherwise.
 
 use std::io::Write;
@@ -114,7 +115,18 @@ fn print_report(report: &Report) -> anyhow::Result<()> {
         .iter()
         .filter(|i| i.status == Status::Problem)
         .count();
-    if problems == 0 {
+    let warnings = report
+        .items
+        .iter()
+        .filter(|i| i.status == Status::Warning)
+        .count();
+    if problems == 0 && warnings > 0 {
+        writeln!(
+            out,
+            "all checks passed ({warnings} {})",
+            if warnings == 1 { "warning" } else { "warnings" }
+        )?;
+    } else if problems == 0 {
         writeln!(out, "all checks passed")?;
     } else {
         writeln!(
