@@ -36,6 +36,15 @@
 //! | every other key (`name`, `tags`, `onboot`, `agent`, `description`, …) | `/vms/<vmid>` | `VM.Config.Options` |
 //! | start, shutdown, reboot (`POST .../status/*`) | `/vms/<vmid>` | `VM.PowerMgmt` |
 //! | promote to template (`POST .../template`), delete (`DELETE .../{vmid}`) | `/vms/<vmid>` | `VM.Allocate` |
+//! | `[policy] snapshot` (`risky`, the default, or `updates`): a snapshot before an update it picks (`POST .../snapshot`, retention `DELETE .../snapshot/{name}`) | `/vms/<vmid>` | `VM.Snapshot` (qemu-server @ e6352be6 `API2/Qemu.pm` `snapshot`, `delsnapshot`; pve-container @ 94f5585 `API2/LXC/Snapshot.pm`) |
+//! | the same: `GET .../feature?feature=snapshot`, `GET .../snapshot` | `/vms/<vmid>` | `VM.Audit` (`vm_feature`, `snapshot_list`) |
+//! | `proxops rollback` (`POST .../snapshot/{name}/rollback`) | `/vms/<vmid>` | `VM.Snapshot` or `VM.Snapshot.Rollback` (`rollback`, `any => 1`): held with the snapshot's `VM.Snapshot` |
+//! | `[policy] backup_before_delete = "<s>"`: vzdump before a delete (`POST /nodes/{n}/vzdump`) | `/vms/<vmid>`, `/storage/<s>` | `VM.Backup` (pve-manager @ 14a22df3 `PVE/VZDump.pm` `exec_backup`); `Datastore.AllocateSpace` (`PVE/API2/VZDump.pm` `vzdump`) |
+//! | the HA status each agent pass reads (`GET /cluster/ha/status/current`) | `/` | `Sys.Audit` (pve-ha-manager @ b71218f `src/PVE/API2/HA/Status.pm` `status`); a warning, not a problem: without it the agent goes on and records `ha-status-unknown` |
+//! | `[rollout] health = "guest-agent"`: a VM of this node a pass touches, declared `started` (`POST .../agent/ping`) | `/vms/<vmid>` | PVE 9: `VM.GuestAgent.Audit` or `VM.GuestAgent.Unrestricted` (qemu-server @ e6352be6 `API2/Qemu/Agent.pm` `register_command`); PVE 8: `VM.Monitor` |
+//!
+//! The safety-net rows are asked for only for what agent.toml turns on and the plan would do
+//! (the actions [`safety_net::SafetyNet`] picks with the agent's own decisions).
 //!
 //! Task status polls need nothing: the token owns the tasks it starts. Keys PVE reserves for
 //! `root@pam` (bind mounts, `hostpciN` without a resource mapping) are not privileges and are
@@ -58,6 +67,10 @@ use proxops_pve::{ContentType, Method, PveClient, PveError, Request};
 use serde::Serialize;
 use serde_json::Value;
 
+pub mod safety_net;
+
+use safety_net::SafetyNet;
+
 /// The outcome of one check line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -68,6 +81,8 @@ pub enum Status {
     Problem,
     /// Could not be checked (and why is in the detail).
     Skipped,
+    /// Works, with a feature less (what and why in the detail); not a problem.
+    Warning,
 }
 
 /// One line of the checklist.
@@ -107,6 +122,21 @@ impl Item {
             check: check.to_owned(),
             subject: subject.into(),
             status: Status::Problem,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    fn warning(
+        check: &str,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        Self {
+            check: check.to_owned(),
+            subject: subject.into(),
+            status: Status::Warning,
             detail: detail.into(),
             fix: Some(fix.into()),
         }
@@ -625,8 +655,19 @@ pub fn read_requirements(desired: &DesiredState, scope: &NodeScope) -> Vec<Requi
     out
 }
 
-/// The privileges the plan's actions need (see the module table).
+/// The privileges the plan's actions need without the safety net (see the module table).
 pub fn plan_requirements(plan: &Plan, desired: &DesiredState) -> Vec<Requirement> {
+    plan_requirements_with(plan, desired, &SafetyNet::off(), None)
+}
+
+/// The privileges the plan's actions need, with what `net` adds for them (snapshots before
+/// updates, backups before deletes, guest agent pings) on PVE `pve_major`.
+pub fn plan_requirements_with(
+    plan: &Plan,
+    desired: &DesiredState,
+    net: &SafetyNet,
+    pve_major: Option<u32>,
+) -> Vec<Requirement> {
     let artifacts = Artifacts::from_manifest(&desired.manifest);
     let rendered = |id: &ResourceId| -> Option<RenderedConfig> {
         desired.manifest.get(id).and_then(|r| render(r, &artifacts))
@@ -641,10 +682,11 @@ pub fn plan_requirements(plan: &Plan, desired: &DesiredState) -> Vec<Requirement
         })
         .map(|(vmid, pool)| (format!("/vms/{vmid}"), pool))
         .collect();
-    let requirements = plan
+    let mut requirements: Vec<Requirement> = plan
         .actions()
         .flat_map(|action| action_requirements(action, &rendered))
         .collect();
+    requirements.extend(net.requirements(plan, desired, pve_major));
     or_on_pool(requirements, &created_in_pool)
 }
 
@@ -1059,6 +1101,59 @@ pub fn privilege_items(token_id: &str, requirements: usize, missing: &[Missing])
         .collect()
 }
 
+/// The major version of a PVE `release` (`9.1`) or `version` (`9.1.1`).
+fn major_version(text: &str) -> Option<u32> {
+    text.split(['.', '-']).next()?.trim().parse().ok()
+}
+
+/// Reading `GET /cluster/ha/status/current`, which every agent pass does (`agent::ha`):
+/// `Sys.Audit` on `/` (pve-ha-manager @ b71218f, `src/PVE/API2/HA/Status.pm`, `status`).
+fn ha_requirement() -> Requirement {
+    require(
+        "read PVE's HA status each agent pass",
+        vec![pp("/", "Sys.Audit")],
+    )
+}
+
+/// The HA line: without `Sys.Audit` on `/` the agent goes on (a node in HA maintenance is
+/// not noticed and each pass records `ha-status-unknown`), so it is a warning.
+fn ha_item(token_id: &str, ha: &Requirement, granted: &Granted) -> Item {
+    if missing_privileges(std::slice::from_ref(ha), granted).is_empty() {
+        return Item::ok(
+            "ha",
+            "status",
+            format!("{token_id} may read PVE's HA status (Sys.Audit on /)"),
+        );
+    }
+    Item::warning(
+        "ha",
+        "status",
+        format!(
+            "{token_id} lacks Sys.Audit on / (needed to read PVE's HA status each agent pass,              GET /cluster/ha/status/current): a node in HA maintenance would not be noticed,              writes to it go on and each pass records an ha-status-unknown finding"
+        ),
+        format!(
+            "if you use HA: {}",
+            grant_hint(token_id, &pp("/", "Sys.Audit"))
+                .replace("<a role with Sys.Audit>", "PVEAuditor")
+        ),
+    )
+}
+
+/// Adds the backup storage, with content `backup`, on each node the plan deletes a guest
+/// on, when `net` backs deletes up (`execute/backup.rs` checks the same before vzdump).
+fn backup_storage_uses(used: &mut Uses, plan: &Plan, desired: &DesiredState, net: &SafetyNet) {
+    for action in plan.actions() {
+        if let Some(safety_net::First::Backup { storage, .. }) = net.first(action, desired) {
+            used.storages
+                .entry((action.node.clone(), storage))
+                .or_default()
+                .entry(ContentType::Backup)
+                .or_default()
+                .insert(format!("backup before deleting {}", action.resource));
+        }
+    }
+}
+
 /// The SOPS line: the references resolved, or why they cannot be (the agent would refuse
 /// every pass of the cluster then, before writing anything).
 fn secrets_item(outcome: Option<&Result<usize, String>>) -> Option<Item> {
@@ -1097,6 +1192,8 @@ pub struct Inputs<'a> {
     /// Resolving the cloud-init references from the cluster's SOPS document: `None` when no
     /// manifest uses one, else how many guests were resolved or why none could be.
     pub secrets: Option<Result<usize, String>>,
+    /// What agent.toml's safety net turns on (snapshots, backups, guest agent health).
+    pub safety_net: &'a SafetyNet,
 }
 
 /// Runs every check against PVE.
@@ -1119,12 +1216,15 @@ pub async fn run(inputs: Inputs<'_>) -> Report {
         ));
     }
     let pve = inputs.pve;
-    match pve.version().await {
-        Ok(v) => items.push(Item::ok(
-            "pve",
-            "version",
-            format!("Proxmox VE {} (release {})", v.version, v.release),
-        )),
+    let pve_major = match pve.version().await {
+        Ok(v) => {
+            items.push(Item::ok(
+                "pve",
+                "version",
+                format!("Proxmox VE {} (release {})", v.version, v.release),
+            ));
+            major_version(&v.release).or_else(|| major_version(&v.version))
+        }
         Err(e) => {
             let fix = if e.is_auth_failure() {
                 "check [pve] token_id and the secret in token_secret_file"
@@ -1139,7 +1239,7 @@ pub async fn run(inputs: Inputs<'_>) -> Report {
             ));
             return Report::new(items);
         }
-    }
+    };
     let nodes = match pve.nodes().await {
         Ok(nodes) => nodes,
         Err(e) => {
@@ -1241,7 +1341,8 @@ pub async fn run(inputs: Inputs<'_>) -> Report {
         }
     }
 
-    let used = uses(desired, inputs.scope);
+    let mut used = uses(desired, inputs.scope);
+    backup_storage_uses(&mut used, plan, desired, inputs.safety_net);
     let mut listings = BTreeMap::new();
     for (node, _) in used.storages.keys() {
         if listings.contains_key(node) || !nodes.iter().any(|n| &n.node == node) {
@@ -1254,8 +1355,15 @@ pub async fn run(inputs: Inputs<'_>) -> Report {
     items.extend(check_bridges(pve, &used, &nodes).await);
 
     let mut requirements = read_requirements(desired, inputs.scope);
-    requirements.extend(plan_requirements(plan, desired));
-    match granted(pve, &requirements).await {
+    requirements.extend(plan_requirements_with(
+        plan,
+        desired,
+        inputs.safety_net,
+        pve_major,
+    ));
+    let ha = ha_requirement();
+    let asked: Vec<Requirement> = requirements.iter().chain([&ha]).cloned().collect();
+    match granted(pve, &asked).await {
         Ok(granted) => {
             let missing = missing_privileges(&requirements, &granted);
             items.extend(privilege_items(
@@ -1263,6 +1371,7 @@ pub async fn run(inputs: Inputs<'_>) -> Report {
                 requirements.len(),
                 &missing,
             ));
+            items.push(ha_item(inputs.token_id, &ha, &granted));
             let changes = tag_changes(plan);
             if !changes.is_empty() {
                 let options = pve

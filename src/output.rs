@@ -67,6 +67,21 @@ pub fn print_plan(pass: &Pass) {
     print_planned(&pass.plan, pass.cluster.as_deref());
 }
 
+/// Prints a pass's plan (human view) with what `net` runs before each action (`proxops
+/// plan`: `snapshot first`, `backed up to <storage> first`).
+pub fn print_plan_with_safety_net(pass: &Pass, net: &crate::check::safety_net::SafetyNet) {
+    let notes = |action: &proxops_core::plan::Action| {
+        net.first(action, &pass.desired)
+            .map(|first| first.describe())
+            .into_iter()
+            .collect()
+    };
+    print!(
+        "{}",
+        proxops_core::plan::render::render_human_noted(&pass.plan, &pass.title(), &notes)
+    );
+}
+
 /// Prints a plan made for `cluster` (human view).
 pub fn print_planned(plan: &Plan, cluster: Option<&str>) {
     print!("{}", render_human(plan, &crate::reconcile::title(cluster)));

@@ -392,26 +392,32 @@ pub fn guests_to_ping(
     report: &crate::execute::ApplyReport,
     desired: &proxops_core::repository::DesiredState,
 ) -> BTreeMap<u32, String> {
-    use proxops_core::manifest::{PowerState, Spec};
     report
         .results
         .iter()
         .filter(|r| matches!(r.outcome, crate::execute::Outcome::Succeeded { .. }))
-        .filter(|r| {
-            r.action.node == node && r.action.resource.kind == proxops_core::resource::Kind::Vm
-        })
-        .filter_map(|r| {
-            let resource = desired.manifest.get(&r.action.resource)?;
-            match &resource.spec {
-                Some(Spec::Vm(vm))
-                    if vm.state == PowerState::Started && vm.node.as_str() == node =>
-                {
-                    Some((vm.vmid.get(), r.action.resource.to_string()))
-                }
-                _ => None,
-            }
-        })
+        .filter_map(|r| ping_target(node, &r.action, desired))
         .collect()
+}
+
+/// Whether a succeeded `action` makes its guest one that health `guest-agent` pings on
+/// `node` (vmid, `VM/name`): a VM of `node` whose manifest declares it `started`. Also what
+/// `proxops check` asks the ping's privilege for, so both decide alike.
+pub fn ping_target(
+    node: &str,
+    action: &proxops_core::plan::Action,
+    desired: &proxops_core::repository::DesiredState,
+) -> Option<(u32, String)> {
+    use proxops_core::manifest::{PowerState, Spec};
+    if action.node != node || action.resource.kind != proxops_core::resource::Kind::Vm {
+        return None;
+    }
+    match &desired.manifest.get(&action.resource)?.spec {
+        Some(Spec::Vm(vm)) if vm.state == PowerState::Started && vm.node.as_str() == node => {
+            Some((vm.vmid.get(), action.resource.to_string()))
+        }
+        _ => None,
+    }
 }
 
 /// Updates `rollout`'s health from a pass that enforced `commit` and planned `done`; with

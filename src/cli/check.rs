@@ -2,7 +2,8 @@
 //! that the node, storages (with their content types), bridges and token privileges the
 //! manifests and the current plan need are there. Logic in [`crate::check`].
 //!
-//! Output: a checklist (`ok` / `PROBLEM` with what to do / `skipped`), or `--json`. Exit codes:
+//! Output: a checklist (`ok` / `PROBLEM` with what to do / `skipped` / `warning`), or `--json`.
+//! A warning (the agent works with a feature less) does not fail the check. Exit codes:
 //! 0 when every check passes, 1 otherwise.
 
 use std::io::Write;
@@ -73,6 +74,7 @@ pub async fn report(pass: &PassArgs) -> anyhow::Result<Report> {
         desired: Some(&planned.desired),
         plan: Some(&planned.plan),
         secrets,
+        safety_net: &check::safety_net::SafetyNet::from_config(&config),
     })
     .await)
 }
@@ -97,6 +99,7 @@ fn print_report(report: &Report) -> anyhow::Result<()> {
             Status::Ok => "ok     ",
             Status::Problem => "PROBLEM",
             Status::Skipped => "skipped",
+            Status::Warning => "warning",
         };
         writeln!(
             out,
@@ -112,7 +115,18 @@ fn print_report(report: &Report) -> anyhow::Result<()> {
         .iter()
         .filter(|i| i.status == Status::Problem)
         .count();
-    if problems == 0 {
+    let warnings = report
+        .items
+        .iter()
+        .filter(|i| i.status == Status::Warning)
+        .count();
+    if problems == 0 && warnings > 0 {
+        writeln!(
+            out,
+            "all checks passed ({warnings} {})",
+            if warnings == 1 { "warning" } else { "warnings" }
+        )?;
+    } else if problems == 0 {
         writeln!(out, "all checks passed")?;
     } else {
         writeln!(

@@ -73,6 +73,10 @@ async fn a_repository_the_cluster_can_serve_passes_and_nothing_is_written() {
         text.contains("[ok     ] privilege root@pam!proxops: holds every privilege"),
         "{text}"
     );
+    assert!(
+        text.contains("[ok     ] ha status: root@pam!proxops may read PVE's HA status"),
+        "{text}"
+    );
     assert!(text.ends_with("all checks passed\n"), "{text}");
     assert!(world.writes().is_empty(), "check never writes");
     let perms = world
@@ -640,4 +644,242 @@ async fn check_with_each_documented_privilege_removed_names_exactly_the_refusal_
         );
     }
     let _ = token_id;
+}
+
+/// A second VM of the scenarios below, which the prune tests remove again.
+fn old_vm() -> String {
+    VM.replace("name: web", "name: old")
+        .replace("vmid: 120", "vmid: 121")
+}
+
+/// The documented token (minus `without`) applies `vm/web.yaml` (and `vm/old.yaml` when
+/// `with_old`) through `proxops apply`, so the guests exist and carry the ownership tag.
+async fn applied_world(without: Option<&str>, with_old: bool) -> (World, String) {
+    let (world, token_id) = least_privilege_world(&[], without).await;
+    world.write("vm/web.yaml", Some(VM));
+    if with_old {
+        world.write("vm/old.yaml", Some(&old_vm()));
+    }
+    let out = world.proxops(&["apply", "--yes"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    (world, token_id)
+}
+
+/// The `[PROBLEM] privilege` lines of a check output.
+fn privilege_problems(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.starts_with("[PROBLEM] privilege "))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_snapshot_policy_risky_a_token_without_vm_snapshot_is_told_it_lacks_it() {
+    let (world, token_id) = applied_world(Some("VM.Snapshot"), false).await;
+    // A memory change is a risky update: the agent snapshots the guest first.
+    world.write(
+        "vm/web.yaml",
+        Some(&VM.replace("memory: 1GiB", "memory: 2GiB")),
+    );
+    world.write_agent_toml(
+        &world
+            .agent_toml()
+            .token_id(&token_id)
+            .policy("snapshot = \"risky\""),
+    );
+
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    assert_eq!(
+        privilege_problems(&text),
+        vec![
+            "[PROBLEM] privilege VM.Snapshot on /vms/120: proxops@pve!agent lacks VM.Snapshot \
+             on /vms/120 (needed for snapshot VM/web on pve1 before its update ([policy] \
+             snapshot = \"risky\"; proxops rollback needs it too))"
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "fix: pveum acl modify /vms/120 --users 'proxops@pve' --roles <a role with \
+             VM.Snapshot>"
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with("1 problem found\n"), "{text}");
+
+    // The guest's annotation wins over the policy, as in the agent: no snapshot, nothing
+    // asked.
+    world.write(
+        "vm/web.yaml",
+        Some(&VM.replace("memory: 1GiB", "memory: 2GiB").replace(
+            "  name: web\n",
+            "  name: web\n  annotations:\n    proxops/snapshot: \"off\"\n",
+        )),
+    );
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(!text.contains("VM.Snapshot"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_backup_before_delete_a_token_without_vm_backup_is_told_it_lacks_it_for_the_prune() {
+    let (world, token_id) = applied_world(None, true).await;
+    world.write("vm/old.yaml", None);
+    world.write_agent_toml(
+        &world
+            .agent_toml()
+            .token_id(&token_id)
+            .policy("prune = true\nbackup_before_delete = \"local\""),
+    );
+
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    assert_eq!(
+        privilege_problems(&text),
+        vec![
+            "[PROBLEM] privilege VM.Backup on /vms/121: proxops@pve!agent lacks VM.Backup on \
+             /vms/121 (needed for back up VM/old on pve1 before its delete ([policy] \
+             backup_before_delete = \"local\"))"
+        ],
+        "{text}"
+    );
+    // The backup storage is checked for content `backup` like the executor does.
+    assert!(
+        text.contains("[ok     ] storage local on pve1: has content")
+            && text
+                .lines()
+                .any(|l| l.starts_with("[ok     ] storage local on pve1:") && l.contains("backup")),
+        "{text}"
+    );
+    assert!(text.ends_with("1 problem found\n"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_guest_agent_health_a_token_without_guest_agent_audit_is_told_it_lacks_it() {
+    let (world, token_id) = least_privilege_world(&[], None).await;
+    // A started VM this node's pass creates: the rollout's health pings its guest agent.
+    world.write("vm/web.yaml", Some(&format!("{VM}  state: started\n")));
+    let pmxcfs = crate::support::pmxcfs::Pmxcfs::new(Duration::from_secs(120));
+    world.write_agent_toml(
+        &world
+            .agent_toml()
+            .token_id(&token_id)
+            .raw(&pmxcfs.toml("1s"))
+            .raw("[rollout]\nwaves = [[\"pve1\"]]\nhealth = \"guest-agent\"\n"),
+    );
+
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    assert_eq!(
+        privilege_problems(&text),
+        vec![
+            "[PROBLEM] privilege VM.GuestAgent.Audit on /vms/120: proxops@pve!agent lacks \
+             VM.GuestAgent.Audit on /vms/120 (needed for ping the guest agent of VM/web on \
+             pve1 after the pass ([rollout] health = \"guest-agent\")); or grant \
+             VM.GuestAgent.Unrestricted on /vms/120"
+        ],
+        "{text}"
+    );
+
+    // With the default health (`power`) nothing is pinged and nothing asked.
+    world.write_agent_toml(
+        &world
+            .agent_toml()
+            .token_id(&token_id)
+            .raw(&pmxcfs.toml("1s"))
+            .raw("[rollout]\nwaves = [[\"pve1\"]]\n"),
+    );
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(!text.contains("GuestAgent"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_safety_net_off_check_asks_for_nothing_more_and_ha_is_only_a_warning() {
+    // A token without VM.Snapshot, VM.Backup, a guest agent privilege or Sys.Audit.
+    let (world, token_id) = applied_world(Some("VM.Snapshot"), true).await;
+    // A risky update, a prune and a started VM: each would need more with its feature on.
+    world.write("vm/old.yaml", None);
+    world.write(
+        "vm/web.yaml",
+        Some(&format!(
+            "{}  state: started\n",
+            VM.replace("memory: 1GiB", "memory: 2GiB")
+        )),
+    );
+    let off = world
+        .agent_toml()
+        .token_id(&token_id)
+        .policy("snapshot = \"off\"\nprune = true");
+    world.write_agent_toml(&off);
+
+    let out = world.proxops(&["check"]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "[ok     ] privilege {token_id}: holds every privilege"
+        )),
+        "{text}"
+    );
+    for privilege in ["VM.Snapshot", "VM.Backup", "GuestAgent", "VM.Monitor"] {
+        assert!(!text.contains(privilege), "{privilege}:\n{text}");
+    }
+    // The HA status read is the agent's every pass: without Sys.Audit on / a warning, and
+    // check still passes.
+    assert!(
+        text.contains(
+            "[warning] ha status: proxops@pve!agent lacks Sys.Audit on / (needed to read PVE's \
+             HA status each agent pass"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "fix: if you use HA: pveum acl modify / --users 'proxops@pve' --roles PVEAuditor"
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with("all checks passed (1 warning)\n"), "{text}");
+    let json = world.proxops(&["check", "--json"]).await;
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["ok"], true);
+    assert!(
+        report["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["check"] == "ha" && i["status"] == "warning"),
+        "{report:#}"
+    );
+
+    // The same plan with the features on: both are asked for.
+    world.write_agent_toml(
+        &world
+            .agent_toml()
+            .token_id(&token_id)
+            .policy("snapshot = \"risky\"\nprune = true\nbackup_before_delete = \"local\""),
+    );
+    let text = stdout(&world.proxops(&["check"]).await);
+    let problems = privilege_problems(&text);
+    assert_eq!(problems.len(), 2, "{text}");
+    assert!(
+        problems[0].starts_with("[PROBLEM] privilege VM.Snapshot on /vms/120"),
+        "{text}"
+    );
+    assert!(
+        problems[1].starts_with("[PROBLEM] privilege VM.Backup on /vms/121"),
+        "{text}"
+    );
 }

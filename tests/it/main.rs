@@ -30,6 +30,7 @@ mod listener;
 mod migrate;
 mod notify;
 mod one_iso;
+mod plan_safety_net;
 mod pools;
 mod preview;
 mod pve_api;

@@ -50,9 +50,9 @@ fn render_update(out: &mut String, action: &Action, update: &Update) {
 
 /// Renders one action, then appends the `[risky]`/`[destructive]` marker to its first line
 /// (safe actions carry none, so the eye finds the others).
-fn render_action(out: &mut String, action: &Action) {
+fn render_action(out: &mut String, action: &Action, notes: &dyn Fn(&Action) -> Vec<String>) {
     let start = out.len();
-    render_action_lines(out, action);
+    render_action_lines(out, action, notes);
     let level = risk(action);
     if level != Risk::Safe
         && let Some(end) = out[start..].find('\n')
@@ -67,7 +67,7 @@ fn render_action(out: &mut String, action: &Action) {
     }
 }
 
-fn render_action_lines(out: &mut String, action: &Action) {
+fn render_action_lines(out: &mut String, action: &Action, notes: &dyn Fn(&Action) -> Vec<String>) {
     let (resource, node) = (&action.resource, &action.node);
     match &action.verb {
         Verb::Download(d) => {
@@ -132,11 +132,24 @@ fn render_action_lines(out: &mut String, action: &Action) {
             );
         }
     }
+    for note in notes(action) {
+        let _ = writeln!(out, "      {note}");
+    }
     let _ = writeln!(out, "      because {}", action.reason);
 }
 
 /// Renders a plan for people. `title` names the desired state (e.g. `cluster homelab`).
 pub fn render_human(plan: &Plan, title: &str) -> String {
+    render_human_noted(plan, title, &|_| Vec::new())
+}
+
+/// [`render_human`] with the lines `notes` gives for an action (what the caller's settings
+/// add to it, e.g. a snapshot first) shown under it, before its `because` line.
+pub fn render_human_noted(
+    plan: &Plan,
+    title: &str,
+    notes: &dyn Fn(&Action) -> Vec<String>,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{title}:");
     if let Some(reason) = &plan.aborted {
@@ -152,7 +165,7 @@ pub fn render_human(plan: &Plan, title: &str) -> String {
         }
         let _ = writeln!(out, "  level {level}:");
         for action in actions {
-            render_action(&mut out, action);
+            render_action(&mut out, action, notes);
         }
     }
     for finding in &plan.findings {
