@@ -21,7 +21,7 @@
 //! one), the https token goes only to the configured host and no redirect is followed, and the
 //! manifest files of a commit are sized from their object headers against the revision budget
 //! before any is read (SECURITY-AUDIT.md H3, M1, M2).
-//! `git://` connections are made by [`daemon`] (no Nagle, no delayed ACKs), not by gix.
+//! `git://` connections are made by `daemon` (no Nagle, no delayed ACKs), not by gix.
 //!
 //! One user: `open` clears lock files a killed predecessor left in the mirror, so only one
 //! `GitSource` per state directory may exist at a time (one agent per state directory).
@@ -688,7 +688,7 @@ impl GitSource {
     }
 }
 
-/// Opens `remote`'s fetch connection: `git://` through [`daemon`] (gix's own would stall about
+/// Opens `remote`'s fetch connection: `git://` through `daemon` (gix's own would stall about
 /// 40 ms per request), every other scheme through gix.
 pub(super) fn connect<'a, 'repo>(
     remote: &'a gix::Remote<'repo>,
