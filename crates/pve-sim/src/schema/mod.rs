@@ -17,6 +17,7 @@ mod formats;
 mod model;
 mod permissions;
 pub mod property_string;
+mod route_index;
 #[cfg(test)]
 mod property_string_fuzz_tests;
 mod validate;
@@ -26,6 +27,7 @@ use std::fmt;
 use std::sync::LazyLock;
 
 use model::{Endpoint, Format, Loaded};
+use route_index::RouteIndex;
 pub use permissions::{PermCheck, Permissions};
 use validate::{Errors, Validator};
 
@@ -72,11 +74,28 @@ pub struct EndpointInfo {
     pub permissions: Option<Permissions>,
 }
 
+/// A request matched to its endpoint ([`Schema::lookup`]), with the facts of
+/// [`EndpointInfo`] the HTTP layer needs on every request, borrowed rather than cloned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route<'a> {
+    /// The template and the path parameters.
+    pub matched: Matched,
+    /// See [`EndpointInfo::allowtoken`].
+    pub allowtoken: bool,
+    /// See [`EndpointInfo::protected`].
+    pub protected: bool,
+    /// See [`EndpointInfo::permissions`].
+    pub permissions: Option<&'a Permissions>,
+}
+
 /// The vendored parameter schema.
 pub struct Schema {
     loaded: Loaded,
     /// Path templates split into segments, in sorted template order.
     routes: Vec<(String, Vec<Segment>)>,
+    /// The templates by segment, built once, so a lookup visits only the templates that can
+    /// match instead of every one.
+    index: RouteIndex,
 }
 
 #[derive(Debug)]
@@ -108,13 +127,18 @@ impl Schema {
 
     fn from_json(text: &str) -> Result<Schema, String> {
         let loaded = Loaded::from_json(text)?;
-        let routes = loaded
+        let routes: Vec<(String, Vec<Segment>)> = loaded
             .schema
             .endpoints
             .keys()
             .map(|template| (template.clone(), split_template(template)))
             .collect();
-        Ok(Schema { loaded, routes })
+        let index = RouteIndex::new(routes.iter().map(|(_, pattern)| pattern.as_slice()));
+        Ok(Schema {
+            loaded,
+            routes,
+            index,
+        })
     }
 
     /// Validates one request. `path` is below `/api2/json` (e.g. `/nodes/pve1/qemu`) and
@@ -139,6 +163,20 @@ impl Schema {
         params: &BTreeMap<String, String>,
     ) -> Result<Matched, SchemaError> {
         let matched = self.route(method, path)?;
+        self.validate(method, matched, params)
+    }
+
+    /// [`Schema::check`] for a request already matched by [`Schema::route`] or
+    /// [`Schema::lookup`], so a server that routes first does not match the path twice.
+    ///
+    /// # Errors
+    /// As [`Schema::check`].
+    pub fn validate(
+        &self,
+        method: &str,
+        matched: Matched,
+        params: &BTreeMap<String, String>,
+    ) -> Result<Matched, SchemaError> {
         let endpoint = self
             .endpoint(method, &matched.template)
             .ok_or(SchemaError::NotImplemented)?;
@@ -185,6 +223,24 @@ impl Schema {
         Ok(Matched {
             template: template.to_string(),
             path_params,
+        })
+    }
+
+    /// [`Schema::route`] together with the endpoint's facts, borrowed from the schema: one
+    /// lookup per request for everything the HTTP layer asks of the schema.
+    ///
+    /// # Errors
+    /// Only [`SchemaError::NotImplemented`].
+    pub fn lookup(&self, method: &str, path: &str) -> Result<Route<'_>, SchemaError> {
+        let matched = self.route(method, path)?;
+        let endpoint = self
+            .endpoint(method, &matched.template)
+            .ok_or(SchemaError::NotImplemented)?;
+        Ok(Route {
+            matched,
+            allowtoken: endpoint.allowtoken,
+            protected: endpoint.protected,
+            permissions: endpoint.permissions.as_ref(),
         })
     }
 
@@ -245,23 +301,12 @@ impl Schema {
     }
 
     /// Finds the template for a concrete path. Like PVE's router, a literal segment wins over
-    /// a parameter at the same position.
+    /// a parameter at the same position ([`RouteIndex`]).
     fn match_path(&self, path: &str) -> Option<(&str, BTreeMap<String, String>)> {
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        let mut best: Option<(Vec<bool>, &str, BTreeMap<String, String>)> = None;
-        for (template, pattern) in &self.routes {
-            let Some(params) = match_segments(pattern, &segments) else {
-                continue;
-            };
-            let rank: Vec<bool> = pattern
-                .iter()
-                .map(|s| matches!(s, Segment::Literal(_)))
-                .collect();
-            if best.as_ref().is_none_or(|(r, _, _)| rank > *r) {
-                best = Some((rank, template, params));
-            }
-        }
-        best.map(|(_, template, params)| (template, params))
+        let (template, pattern) = &self.routes[self.index.best(&segments)?];
+        let params = match_segments(pattern, &segments)?;
+        Some((template, params))
     }
 }
 
@@ -306,6 +351,7 @@ fn match_segments(pattern: &[Segment], segments: &[&str]) -> Option<BTreeMap<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -346,6 +392,159 @@ mod tests {
 
     fn pair(key: &str, message: &str) -> (String, String) {
         (key.to_string(), message.to_string())
+    }
+
+    /// The linear scan the route index replaced, kept as the reference it must agree with:
+    /// every template is tried, and the greatest rank (literal over parameter, position by
+    /// position) wins; on equal ranks the first template in sorted order.
+    fn match_path_by_scan<'a>(
+        schema: &'a Schema,
+        path: &str,
+    ) -> Option<(&'a str, BTreeMap<String, String>)> {
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let mut best: Option<(Vec<bool>, &str, BTreeMap<String, String>)> = None;
+        for (template, pattern) in &schema.routes {
+            let Some(params) = match_segments(pattern, &segments) else {
+                continue;
+            };
+            let rank: Vec<bool> = pattern
+                .iter()
+                .map(|s| matches!(s, Segment::Literal(_)))
+                .collect();
+            if best.as_ref().is_none_or(|(r, _, _)| rank > *r) {
+                best = Some((rank, template, params));
+            }
+        }
+        best.map(|(_, template, params)| (template, params))
+    }
+
+    /// Concrete paths for every template: its parameters as a plain value, then one at a
+    /// time as each literal any template has at that depth (where the router must prefer a
+    /// literal), the rest-of-path parameter over several segments, and each path cut short
+    /// and extended by one segment.
+    fn probe_paths(schema: &Schema) -> BTreeSet<String> {
+        let mut literals_at: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
+        for (_, pattern) in &schema.routes {
+            for (depth, segment) in pattern.iter().enumerate() {
+                if let Segment::Literal(l) = segment {
+                    literals_at.entry(depth).or_default().insert(l);
+                }
+            }
+        }
+        let render = |pattern: &[Segment], swap: Option<(usize, &str)>| -> String {
+            let mut out = String::new();
+            for (depth, segment) in pattern.iter().enumerate() {
+                out.push('/');
+                match (segment, swap) {
+                    (Segment::Literal(l), _) => out.push_str(l),
+                    (_, Some((at, value))) if at == depth => out.push_str(value),
+                    (Segment::Param(_), _) => out.push_str("v1"),
+                    (Segment::Rest(_), _) => out.push_str("local:iso/a.iso"),
+                }
+            }
+            out
+        };
+        let mut paths = BTreeSet::from(["/".to_string(), "/nosuch".to_string()]);
+        for (_, pattern) in &schema.routes {
+            let mut these = vec![render(pattern, None)];
+            for (depth, segment) in pattern.iter().enumerate() {
+                if matches!(segment, Segment::Literal(_)) {
+                    continue;
+                }
+                for literal in literals_at.get(&depth).into_iter().flatten() {
+                    these.push(render(pattern, Some((depth, literal))));
+                }
+                these.push(render(pattern, Some((depth, "a/b/c"))));
+            }
+            for path in these {
+                if let Some((parent, _)) = path.rsplit_once('/') {
+                    paths.insert(parent.to_string());
+                }
+                paths.insert(format!("{path}/config"));
+                paths.insert(format!("{path}/extra"));
+                paths.insert(format!("{path}//"));
+                paths.insert(path);
+            }
+        }
+        paths
+    }
+
+    #[test]
+    fn route_index_resolves_every_path_as_the_linear_scan_did() {
+        let schema = Schema::vendored();
+        let paths = probe_paths(schema);
+        assert!(paths.len() > 1000, "only {} probes", paths.len());
+        let mut resolved = 0;
+        for path in &paths {
+            let indexed = schema.match_path(path);
+            assert_eq!(indexed, match_path_by_scan(schema, path), "{path}");
+            resolved += usize::from(indexed.is_some());
+        }
+        // Both unknown paths and known ones were probed.
+        assert!(resolved > 500 && resolved < paths.len(), "{resolved}");
+    }
+
+    #[test]
+    fn every_template_and_method_routes_to_itself() {
+        let schema = Schema::vendored();
+        for (template, methods) in &schema.loaded.schema.endpoints {
+            let pattern = split_template(template);
+            let path: String = pattern
+                .iter()
+                .map(|s| match s {
+                    Segment::Literal(l) => format!("/{l}"),
+                    Segment::Param(_) => "/v1".to_string(),
+                    Segment::Rest(_) => "/local:iso/a.iso".to_string(),
+                })
+                .collect();
+            for method in methods.keys() {
+                let route = schema.lookup(method, &path).unwrap();
+                assert_eq!(route.matched.template, *template, "{method} {path}");
+                let info = schema.endpoint_info(method, template).unwrap();
+                assert_eq!(
+                    (route.allowtoken, route.protected, route.permissions),
+                    (info.allowtoken, info.protected, info.permissions.as_ref()),
+                );
+            }
+        }
+    }
+
+
+    /// A schema of GET endpoints on `templates`, nothing else.
+    fn synthetic(templates: &[&str]) -> Schema {
+        let endpoint = serde_json::json!({"GET": {
+            "additionalProperties": false,
+            "allowtoken": true,
+            "protected": false,
+            "parameters": {},
+        }});
+        let endpoints: serde_json::Map<String, serde_json::Value> = templates
+            .iter()
+            .map(|t| ((*t).to_string(), endpoint.clone()))
+            .collect();
+        let json = serde_json::json!({"endpoints": endpoints, "property_string_formats": {}});
+        Schema::from_json(&json.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_literal_segment_wins_over_a_parameter_at_the_same_depth() {
+        let schema = synthetic(&["/a/{x}/c", "/a/b/{y}", "/a/{x}/{z}", "/r/{volume}", "/r/{x}/d"]);
+        let route = |path: &str| schema.route("GET", path).map(|m| m.template);
+        // The earlier literal decides: `/a/b/{y}` over `/a/{x}/c`.
+        assert_eq!(route("/a/b/c").unwrap(), "/a/b/{y}");
+        assert_eq!(route("/a/q/c").unwrap(), "/a/{x}/c");
+        assert_eq!(route("/a/q/z").unwrap(), "/a/{x}/{z}");
+        // A longer template with a literal beats the rest-of-path parameter.
+        assert_eq!(route("/r/v/d").unwrap(), "/r/{x}/d");
+        assert_eq!(route("/r/v/e/f").unwrap(), "/r/{volume}");
+        assert_eq!(route("/a/b"), Err(SchemaError::NotImplemented));
+        for path in probe_paths(&schema) {
+            assert_eq!(
+                schema.match_path(&path),
+                match_path_by_scan(&schema, &path),
+                "{path}"
+            );
+        }
     }
 
     #[test]
