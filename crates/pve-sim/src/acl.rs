@@ -158,12 +158,18 @@ impl Clone for PermCache {
 
 impl PermCache {
     fn get(&self, authid: &str, path: &str) -> Option<Arc<Privs>> {
-        let map = self.by_authid.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self
+            .by_authid
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         map.get(authid)?.get(path).cloned()
     }
 
     fn put(&self, authid: &str, path: &str, privs: Arc<Privs>) {
-        let mut map = self.by_authid.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .by_authid
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if map.values().map(HashMap::len).sum::<usize>() >= PERM_CACHE_LIMIT {
             map.clear();
         }
@@ -543,9 +549,8 @@ pub(crate) fn normalize_path(path: &str) -> String {
 
 /// [`normalize_path`], without allocating when `path` is normalised already.
 fn normalized(path: &str) -> Cow<'_, str> {
-    let clean = path.starts_with('/')
-        && (path == "/" || !path.ends_with('/'))
-        && !path.contains("//");
+    let clean =
+        path.starts_with('/') && (path == "/" || !path.ends_with('/')) && !path.contains("//");
     if clean {
         Cow::Borrowed(path)
     } else {
@@ -772,7 +777,10 @@ mod tests {
             BTreeSet::from([100, 101, 102]),
         )]));
         assert!(power(&a));
-        assert!(a.permissions("ops@pve", "/vms/101").contains_key("VM.PowerMgmt"));
+        assert!(
+            a.permissions("ops@pve", "/vms/101")
+                .contains_key("VM.PowerMgmt")
+        );
         a.set_pool_members(BTreeMap::from([(
             "lab".to_string(),
             BTreeSet::from([100, 102]),
