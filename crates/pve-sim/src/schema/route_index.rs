@@ -7,6 +7,13 @@
 //! compared position by position, as PVE's router prefers a literal), and on equal ranks the
 //! first template in sorted order. `mod.rs`'s tests check that against that scan for every
 //! template of the vendored schema.
+//!
+//! PVE routes the same way, one segment at a time down a tree (pve-common @ f665029,
+//! `src/PVE/RESTHandler.pm`, `map_path_to_methods`): each level is either one `{param}`
+//! (`regex`) or literal `folders`, and a `fragmentDelimiter => ''` subclass takes the rest of
+//! the path as one parameter (pve-storage's `{volume}`). A level never holds both, so the
+//! literal-over-parameter rank only decides between templates PVE could not register side by
+//! side; it is kept from the scan so that routing is unchanged.
 
 use std::collections::HashMap;
 
