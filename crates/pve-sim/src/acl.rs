@@ -4,8 +4,14 @@
 //! `GET /access/permissions` reports and every check reads); [`Acl::check`] is
 //! `RPCEnvironment::check_full` with PVE's 403 text. Which checks an endpoint makes lives with
 //! the dispatcher and the handlers (`api/permission.rs`), not here.
+//!
+//! What `permissions` computes for an auth id and a path is kept ([`PermCache`]) until the
+//! ACL changes: every check of a request reads it instead of walking the entries again. Every
+//! method taking `&mut self` empties the cache.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use crate::error::ApiError;
 use crate::seed::Seed;
@@ -129,6 +135,57 @@ pub(crate) fn is_privilege(name: &str) -> bool {
     all_privileges().contains(name)
 }
 
+/// What `root@pam` holds everywhere: every privilege, propagating.
+static ROOT_PRIVS: LazyLock<Arc<Privs>> =
+    LazyLock::new(|| Arc::new(all_privileges().into_iter().map(|p| (p, true)).collect()));
+
+/// More (auth id, path) pairs than this and the cache starts over, so a simulator that runs
+/// for long, over ever new guests, does not grow without bound.
+const PERM_CACHE_LIMIT: usize = 100_000;
+
+/// [`Acl::permissions`] results by auth id, then normalised path. A clone starts empty: it
+/// is filled again from the clone's own entries.
+#[derive(Debug, Default)]
+struct PermCache {
+    by_authid: Mutex<HashMap<String, HashMap<String, Arc<Privs>>>>,
+}
+
+impl Clone for PermCache {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PermCache {
+    fn get(&self, authid: &str, path: &str) -> Option<Arc<Privs>> {
+        let map = self
+            .by_authid
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.get(authid)?.get(path).cloned()
+    }
+
+    fn put(&self, authid: &str, path: &str, privs: Arc<Privs>) {
+        let mut map = self
+            .by_authid
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if map.values().map(HashMap::len).sum::<usize>() >= PERM_CACHE_LIMIT {
+            map.clear();
+        }
+        map.entry(authid.to_string())
+            .or_default()
+            .insert(path.to_string(), privs);
+    }
+
+    fn clear(&mut self) {
+        self.by_authid
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
 /// PVE's built-in roles, as `create_roles` derives them.
 fn builtin_roles() -> BTreeMap<String, BTreeSet<String>> {
     let mut roles: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -215,6 +272,8 @@ pub(crate) struct Acl {
     /// pool -> its guests (`user.cfg` `pool:` lines), which inherit the pool's roles; kept in
     /// step with the cluster's pools by [`Acl::set_pool_members`].
     pool_members: BTreeMap<String, BTreeSet<u32>>,
+    /// What [`Acl::permissions`] answered, until the next change.
+    cache: PermCache,
 }
 
 impl Acl {
@@ -255,6 +314,7 @@ impl Acl {
             privsep,
             tags: TagAccess::from_seed(seed),
             pool_members: BTreeMap::new(),
+            cache: PermCache::default(),
         }
     }
 
@@ -262,6 +322,8 @@ impl Acl {
     pub(crate) fn set_pool_members(&mut self, members: BTreeMap<String, BTreeSet<u32>>) {
         if self.pool_members != members {
             self.pool_members = members;
+            // A guest joining or leaving a pool gains or loses the pool's roles.
+            self.cache.clear();
         }
     }
 
@@ -377,23 +439,38 @@ impl Acl {
     /// separation holds its user's privileges, one with it the intersection of its own and
     /// its user's.
     pub(crate) fn permissions(&self, authid: &str, path: &str) -> Privs {
-        let path = normalize_path(path);
+        Privs::clone(&self.permissions_shared(authid, path))
+    }
+
+    /// [`Acl::permissions`] from the cache, computed on the first ask after a change.
+    fn permissions_shared(&self, authid: &str, path: &str) -> Arc<Privs> {
         if authid == "root@pam" {
-            return all_privileges().into_iter().map(|p| (p, true)).collect();
+            return Arc::clone(&ROOT_PRIVS);
         }
+        let path = normalized(path);
+        if let Some(privs) = self.cache.get(authid, &path) {
+            return privs;
+        }
+        let privs = Arc::new(self.compute_permissions(authid, &path));
+        self.cache.put(authid, &path, Arc::clone(&privs));
+        privs
+    }
+
+    /// `RPCEnvironment::permissions` for a normalised path, without the cache.
+    fn compute_permissions(&self, authid: &str, path: &str) -> Privs {
         if let Some((user, _)) = authid.split_once('!') {
             let Some(&privsep) = self.privsep.get(authid) else {
                 return Privs::new();
             };
-            let of_user = self.permissions(user, &path);
+            let of_user = self.permissions_shared(user, path);
             if !privsep {
-                return of_user;
+                return Privs::clone(&of_user);
             }
-            let mut own = self.permission(authid, &path);
+            let mut own = self.permission(authid, path);
             own.retain(|p, _| of_user.contains_key(p));
             return own;
         }
-        self.permission(authid, &path)
+        self.permission(authid, path)
     }
 
     /// `get_effective_permissions`: every top-level path, every path of the ACL tree and
@@ -436,8 +513,8 @@ impl Acl {
         privs: &[&str],
         any: bool,
     ) -> Result<(), ApiError> {
-        let path = normalize_path(path);
-        let held = self.permissions(authid, &path);
+        let path = normalized(path);
+        let held = self.permissions_shared(authid, &path);
         if any {
             if privs.iter().any(|p| held.contains_key(*p)) {
                 return Ok(());
@@ -468,6 +545,17 @@ pub(crate) fn perm_failure(what: Option<&str>) -> ApiError {
 pub(crate) fn normalize_path(path: &str) -> String {
     let parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     format!("/{}", parts.join("/"))
+}
+
+/// [`normalize_path`], without allocating when `path` is normalised already.
+fn normalized(path: &str) -> Cow<'_, str> {
+    let clean =
+        path.starts_with('/') && (path == "/" || !path.ends_with('/')) && !path.contains("//");
+    if clean {
+        Cow::Borrowed(path)
+    } else {
+        Cow::Owned(normalize_path(path))
+    }
 }
 
 /// `/`, then each ancestor of `path` down to the path itself.
@@ -678,5 +766,54 @@ mod tests {
         assert!(eff.contains_key("/pool/lab"), "{eff:?}");
         // Listed as a pool member, but NoAccess leaves it nothing: left out.
         assert!(!eff.contains_key("/vms/102"), "{eff:?}");
+    }
+    #[test]
+    fn a_guest_joining_a_pool_after_a_first_check_holds_its_roles_on_the_next() {
+        let mut a = pooled();
+        let power = |a: &Acl| a.holds("ops@pve", "/vms/101", &["VM.PowerMgmt"], false);
+        assert!(!power(&a));
+        a.set_pool_members(BTreeMap::from([(
+            "lab".to_string(),
+            BTreeSet::from([100, 101, 102]),
+        )]));
+        assert!(power(&a));
+        assert!(
+            a.permissions("ops@pve", "/vms/101")
+                .contains_key("VM.PowerMgmt")
+        );
+        a.set_pool_members(BTreeMap::from([(
+            "lab".to_string(),
+            BTreeSet::from([100, 102]),
+        )]));
+        assert!(!power(&a));
+        assert!(a.permissions("ops@pve", "/vms/101").is_empty());
+    }
+
+    #[test]
+    fn a_cloned_acl_answers_from_its_own_entries() {
+        let a = pooled();
+        assert!(a.holds("ops@pve", "/vms/100", &["VM.PowerMgmt"], false));
+        let mut b = a.clone();
+        b.set_pool_members(BTreeMap::new());
+        assert!(!b.holds("ops@pve", "/vms/100", &["VM.PowerMgmt"], false));
+        assert!(a.holds("ops@pve", "/vms/100", &["VM.PowerMgmt"], false));
+    }
+
+    #[test]
+    fn paths_are_normalised_before_the_cache_is_asked() {
+        for path in ["/", "", "vms/100", "/vms//100/", "//vms/100", "/vms/100"] {
+            assert_eq!(normalized(path), normalize_path(path), "{path:?}");
+        }
+        let a = seeded();
+        assert_eq!(
+            a.permissions("proxops@pve", "vms//100/"),
+            a.permissions("proxops@pve", "/vms/100")
+        );
+        assert_eq!(
+            a.check("proxops@pve", "/nodes/pve2/", &["Sys.Audit"], false)
+                .unwrap_err()
+                .text(),
+            "Permission check failed (/nodes/pve2, Sys.Audit)"
+        );
     }
 }

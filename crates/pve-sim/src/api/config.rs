@@ -542,17 +542,21 @@ pub(super) fn pending(ctx: &Ctx, kind: Kind) -> ApiResult {
     Ok(Value::Array(
         keys.into_iter()
             .map(|k| {
-                let mut e = json!({ "key": k });
+                // Built as a map, in the order the keys were always inserted, rather than
+                // through `json!` and indexing (this list is read once per guest per pass).
+                let mut e = Map::new();
+                e.insert("key".to_string(), Value::from(k.as_str()));
                 if let Some(v) = g.config.get(k) {
-                    e["value"] = shown(k, v);
+                    e.insert("value".to_string(), shown(k, v));
                 }
                 if let Some(v) = g.pending.get(k) {
-                    e["pending"] = shown(k, v);
+                    e.insert("pending".to_string(), shown(k, v));
                 }
                 if g.pending_delete.contains(k) {
-                    e["delete"] = (if g.pending_force.contains(k) { 2 } else { 1 }).into();
+                    let force = if g.pending_force.contains(k) { 2 } else { 1 };
+                    e.insert("delete".to_string(), force.into());
                 }
-                e
+                Value::Object(e)
             })
             // `config_with_pending_array` walks the loaded config, which carries the
             // digest `parse_vm_config` computed (guest `GuestHelpers.pm`; `qm pending`

@@ -44,7 +44,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::faults::Injected;
 use crate::guest::Kind;
 use crate::request_log::{RequestRecord, endpoint_template};
-use crate::schema::{Schema, SchemaError};
+use crate::schema::{Route, Schema, SchemaError};
 use crate::state::Shared;
 
 /// Largest request body accepted.
@@ -598,9 +598,12 @@ async fn handle(
             params.remove(k);
         }
     }
+    // The schema's endpoint, looked up once for the token, permission, protection and
+    // parameter checks below.
+    let route = Schema::vendored().lookup(method, rel).ok();
     // `rest_handler` refuses tokens on endpoints without `allowtoken` right after the handler
     // lookup, before permissions, proxying and parameter validation.
-    if api_token && !allows_token(method, rel) {
+    if api_token && !allows_token(route.as_ref()) {
         return Err(fail(ApiError::forbidden(format!(
             "Permission check failed (URI '{rel}' not available with API token, need proper ticket.\n)"
         ))));
@@ -608,7 +611,7 @@ async fn handle(
     if let Some(caller) = &caller {
         let mut all = params.clone();
         all.extend(path_params.clone());
-        api2_permissions(shared, &caller.authid, method, rel, &all).map_err(fail)?;
+        api2_permissions(shared, &caller.authid, route.as_ref(), &all).map_err(fail)?;
     }
     // pveproxy forwards `proxyto: node` calls before the handler validates anything: an
     // unknown node fails the DNS lookup, an offline one the connection (595).
@@ -616,7 +619,7 @@ async fn handle(
         proxy_check(shared, node).map_err(fail)?;
     }
     if shared.settings.validate {
-        check_schema(method, rel, &params).map_err(fail)?;
+        check_schema(method, rel, route.as_ref(), &params).map_err(fail)?;
     }
     params.extend(path_params);
     let ctx = Ctx {
@@ -624,7 +627,7 @@ async fn handle(
         params: Params(params),
         caller: caller.clone(),
     };
-    let result = if is_protected(method, rel) {
+    let result = if route.as_ref().is_some_and(|r| r.protected) {
         proxied(shared, endpoint, ctx).await
     } else {
         call(endpoint, &ctx).await
@@ -633,16 +636,6 @@ async fn handle(
         Ok(reply) => Ok((caller, reply)),
         Err(e) => Err((caller, e)),
     }
-}
-
-/// Whether PVE runs the endpoint in the privileged daemon (`protected` in the schema).
-fn is_protected(method: &str, path: &str) -> bool {
-    let schema = Schema::vendored();
-    schema
-        .route(method, path)
-        .ok()
-        .and_then(|m| schema.endpoint_info(method, &m.template))
-        .is_some_and(|info| info.protected)
 }
 
 /// Runs a `protected` handler as pveproxy does: pveproxy (uid www-data) proxies every
@@ -685,36 +678,35 @@ fn proxy_check(shared: &Shared, node: &str) -> ApiResult<()> {
 fn api2_permissions(
     shared: &Shared,
     authid: &str,
-    method: &str,
-    path: &str,
+    route: Option<&Route<'_>>,
     params: &BTreeMap<String, String>,
 ) -> ApiResult<()> {
-    let schema = Schema::vendored();
-    let Some(info) = schema
-        .route(method, path)
-        .ok()
-        .and_then(|m| schema.endpoint_info(method, &m.template))
-    else {
+    let Some(route) = route else {
         return Ok(());
     };
     let cluster = shared.cluster();
-    permission::check_api2(&cluster.acl, authid, info.permissions.as_ref(), params)
+    permission::check_api2(&cluster.acl, authid, route.permissions, params)
 }
 
 /// Whether the schema lets API tokens call this endpoint (`allowtoken`). An endpoint the
 /// schema does not know is not refused here: validation answers it with 501.
-fn allows_token(method: &str, path: &str) -> bool {
-    let schema = Schema::vendored();
-    schema
-        .route(method, path)
-        .ok()
-        .and_then(|m| schema.endpoint_info(method, &m.template))
-        .is_none_or(|info| info.allowtoken)
+fn allows_token(route: Option<&Route<'_>>) -> bool {
+    route.is_none_or(|r| r.allowtoken)
 }
 
-/// The one place requests meet the vendored schema.
-fn check_schema(method: &str, path: &str, params: &BTreeMap<String, String>) -> ApiResult<()> {
-    match Schema::vendored().check(method, path, params) {
+/// The one place requests meet the vendored schema's parameter rules (`Schema::check`, with
+/// the route the dispatcher looked up already).
+fn check_schema(
+    method: &str,
+    path: &str,
+    route: Option<&Route<'_>>,
+    params: &BTreeMap<String, String>,
+) -> ApiResult<()> {
+    let checked = match route {
+        Some(route) => Schema::vendored().validate(method, route.matched.clone(), params),
+        None => Err(SchemaError::NotImplemented),
+    };
+    match checked {
         Ok(_) => Ok(()),
         Err(SchemaError::NotImplemented) => Err(ApiError::NotImplemented {
             method: method.to_string(),
@@ -740,8 +732,15 @@ fn with_headers(builder: hyper::http::response::Builder) -> hyper::http::respons
         .header("pragma", "no-cache")
 }
 
-fn json_response(status: StatusCode, reason: Option<&str>, body: &Value) -> Response<Full<Bytes>> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+fn json_response(
+    status: StatusCode,
+    reason: Option<&str>,
+    body: &impl serde::Serialize,
+) -> Response<Full<Bytes>> {
+    let mut bytes = Vec::with_capacity(512);
+    if serde_json::to_writer(&mut bytes, body).is_err() {
+        bytes.clear();
+    }
     let mut builder = with_headers(Response::builder().status(status))
         .header("content-type", "application/json;charset=UTF-8");
     if let Some(reason) = reason
@@ -773,13 +772,18 @@ pub(crate) fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
+/// PVE's success envelope, `{"data": ..., "total": ...}`, serialised straight from the reply
+/// (no envelope `Value` is built around `data`).
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    data: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<usize>,
+}
+
 fn success(reply: Reply) -> Response<Full<Bytes>> {
     let Reply { data, total } = reply;
-    let mut body = json!({ "data": data });
-    if let Some(total) = total {
-        body["total"] = total.into();
-    }
-    json_response(StatusCode::OK, None, &body)
+    json_response(StatusCode::OK, None, &Envelope { data: &data, total })
 }
 
 fn first_line(message: &str) -> &str {

@@ -267,3 +267,30 @@ async fn a_destroyed_guest_leaves_its_pool() {
     let r = s.delete("/pools/lab", &[]).await;
     assert_eq!(r.status, 200, "{r:?}");
 }
+
+#[tokio::test]
+async fn a_guest_added_to_or_removed_from_a_pool_after_a_first_request_is_seen_by_the_next() {
+    let mut s = pool_sim(GUESTS).await;
+    s.create_vm("101", &[]).await;
+    as_agent(&mut s);
+    // The first request computes what the agent holds on /vms/101: nothing.
+    let r = s.get("/nodes/pve1/qemu/101/config").await;
+    assert_eq!(r.status, 403, "{r:?}");
+    as_root(&mut s);
+    let r = s.put("/pools", &[("poolid", "lab"), ("vms", "101")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    as_agent(&mut s);
+    let r = s.get("/nodes/pve1/qemu/101/config").await;
+    assert_eq!(r.status, 200, "granted through the pool: {r:?}");
+    as_root(&mut s);
+    let r = s
+        .put(
+            "/pools",
+            &[("poolid", "lab"), ("vms", "101"), ("delete", "1")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    as_agent(&mut s);
+    let r = s.get("/nodes/pve1/qemu/101/config").await;
+    assert_eq!(r.status, 403, "revoked with the pool membership: {r:?}");
+}
