@@ -64,6 +64,9 @@ fn main() {
         let status = Command::new(std::env::current_exe().unwrap())
             .arg("fetch-https")
             .env("SSL_CERT_FILE", &ca)
+            // git's CLI (libcurl with GnuTLS on Debian) through the environment: a `-c
+            // http.sslCAInfo=` was not applied to its TLS ("CAfile: /etc/ssl/certs/…").
+            .env("GIT_SSL_CAINFO", &ca)
             .env("PROXOPS_BENCH_TLS_DIR", tls.path())
             .status()
             .unwrap();
@@ -408,21 +411,9 @@ fn fetch_against_git_cli(transport: &Transport) {
     .unwrap();
     let interrupt = AtomicBool::new(false);
     source.fetch(&interrupt).unwrap();
-    let ca_info = match transport {
-        Transport::Git => String::new(),
-        Transport::Https(tls) => format!("http.sslCAInfo={}", tls.join("ca.pem").display()),
-    };
-    // `-c` before `clone`: git's own clone does not apply `clone -c` to its first fetch's TLS.
-    let mut clone_args = Vec::new();
-    if !ca_info.is_empty() {
-        clone_args.extend(["-c", ca_info.as_str()]);
-    }
-    clone_args.extend(["clone", "--quiet", url.as_str(), "clone"]);
-    test_repo::git(dir.path(), &clone_args);
+    // Over https git's CLI trusts the bench CA through `GIT_SSL_CAINFO`, set by `main`.
+    test_repo::git(dir.path(), &["clone", "--quiet", url.as_str(), "clone"]);
     let clone = dir.path().join("clone");
-    if let Some((key, value)) = ca_info.split_once('=') {
-        test_repo::git(&clone, &["config", key, value]);
-    }
     let load_before = load_average();
     let (mut agent, mut cli, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..deliveries() {

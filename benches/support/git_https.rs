@@ -1,7 +1,7 @@
 //! `git http-backend` (git's own smart-HTTP CGI program) behind a TLS server on 127.0.0.1,
 //! for benches: a local CA (rcgen) signs a certificate for 127.0.0.1; the CA's PEM is written
 //! to a file that `SSL_CERT_FILE` (gix's reqwest, through rustls-platform-verifier's
-//! rustls-native-certs roots) and `http.sslCAInfo` (git's CLI) name.
+//! rustls-native-certs roots) and `GIT_SSL_CAINFO` (git's CLI) name.
 //!
 //! HTTP/1.1 with keep-alive (both clients reuse one connection for the requests of a fetch),
 //! one thread per connection; request bodies by `Content-Length` or chunked; the CGI's answer
