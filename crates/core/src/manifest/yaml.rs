@@ -835,9 +835,7 @@ impl<'p, 'b> Builder<'p, 'b> {
 
     /// Applies `<<` merge keys (explicit keys win) and reports and drops duplicate keys.
     fn merge_and_dedupe(&mut self, entries: Vec<(Node, Node)>) -> Vec<(Node, Node)> {
-        let is_merge = |key: &Node| {
-            matches!(&key.value, Value::Scalar { text, quoted: false } if text == "<<")
-        };
+        let is_merge = |key: &Node| matches!(&key.value, Value::Scalar { text, quoted: false } if text == "<<");
         // Nearly every mapping has neither merge keys nor duplicates: keep it as it was read,
         // rather than moving its entries through two new vectors (issue 20: these moves and
         // allocations showed in `proxops validate`'s profile).
