@@ -2,9 +2,11 @@
 //! of the secret references, and the size of each desired state. The data behind both
 //! renderings (text and JSON, in `output.rs`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use proxops_core::diagnostic::Diagnostic;
+use proxops_core::repository::Loaded;
 use proxops_core::scope::Scope;
 use serde::Serialize;
 
@@ -38,6 +40,17 @@ pub struct StateSummary {
     pub levels: usize,
 }
 
+/// What [`validate`] read and built besides its [`Report`]: the files' contents and the valid
+/// desired states. Held only so that a caller about to exit may leak it instead of freeing its
+/// hundreds of thousands of small allocations one by one (see `cli/validate.rs`).
+#[derive(Debug)]
+pub struct Inputs {
+    /// Every manifest file read, by path.
+    pub files: BTreeMap<String, String>,
+    /// The loaded repository (its diagnostics moved into the report).
+    pub loaded: Loaded,
+}
+
 /// Loads the repository at `path` and checks every manifest and every secret reference,
 /// and every valid desired state against the operator's `scope` (`[scope]` of the agent
 /// config, or the defaults without one). Artifact host names are not resolved here: plan,
@@ -45,7 +58,7 @@ pub struct StateSummary {
 ///
 /// # Errors
 /// The repository's files cannot be read.
-pub fn validate(path: &Path, scope: &Scope) -> Result<Report, DirectoryError> {
+pub fn validate(path: &Path, scope: &Scope) -> Result<(Report, Inputs), DirectoryError> {
     let files = read_manifest_files(path)?;
     let mut loaded = proxops_core::repository::load(&files);
     // `ssh-key-refs` / `ci-password-ref` against the cluster's SOPS key names (issue 10).
@@ -71,11 +84,12 @@ pub fn validate(path: &Path, scope: &Scope) -> Result<Report, DirectoryError> {
             levels: state.levels.len(),
         })
         .collect();
-    Ok(Report {
+    let report = Report {
         valid: !loaded.diagnostics.iter().any(Diagnostic::is_error),
         layout: loaded.layout.to_string(),
         files: files.len(),
         states,
-        diagnostics: loaded.diagnostics,
-    })
+        diagnostics: std::mem::take(&mut loaded.diagnostics),
+    };
+    Ok((report, Inputs { files, loaded }))
 }

@@ -835,12 +835,24 @@ impl<'p, 'b> Builder<'p, 'b> {
 
     /// Applies `<<` merge keys (explicit keys win) and reports and drops duplicate keys.
     fn merge_and_dedupe(&mut self, entries: Vec<(Node, Node)>) -> Vec<(Node, Node)> {
+        let is_merge = |key: &Node| matches!(&key.value, Value::Scalar { text, quoted: false } if text == "<<");
+        // Nearly every mapping has neither merge keys nor duplicates: keep it as it was read,
+        // rather than moving its entries through two new vectors (issue 20: these moves and
+        // allocations showed in `proxops validate`'s profile).
+        if entries.len() <= 16
+            && !entries.iter().enumerate().any(|(i, (key, _))| {
+                is_merge(key) || {
+                    let text = key_text(key);
+                    entries[..i].iter().any(|(k, _)| key_text_eq(k, &text))
+                }
+            })
+        {
+            return entries;
+        }
         let mut own = Vec::with_capacity(entries.len());
         let mut merged = Vec::new();
         for (key, value) in entries {
-            let is_merge =
-                matches!(&key.value, Value::Scalar { text, quoted: false } if text == "<<");
-            if !is_merge {
+            if !is_merge(&key) {
                 own.push((key, value));
                 continue;
             }
