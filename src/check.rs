@@ -134,11 +134,8 @@ impl Item {
         fix: impl Into<String>,
     ) -> Self {
         Self {
-            check: check.to_owned(),
-            subject: subject.into(),
             status: Status::Warning,
-            detail: detail.into(),
-            fix: Some(fix.into()),
+            ..Self::problem(check, subject, detail, fix)
         }
     }
 
